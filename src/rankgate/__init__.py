@@ -1,0 +1,40 @@
+"""rankgate: score the retrieval stage of search and RAG systems from recorded traces.
+
+The public API is exactly ``__all__``; everything else is private and may change.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from rankgate.errors import ConfigError, InputError, RankgateError, SpecError, UsageError
+from rankgate.evaluate import DEFAULT_METRICS, Evaluation, Settings, Summary, evaluate
+from rankgate.gates import Gate, GateOutcome, parse_gate
+from rankgate.io import FieldMap
+from rankgate.per_example import EvalResult, MetricThreshold, RetrievalMetricsEvaluator
+from rankgate.spec import MetricSpec, make_metric, parse_metric, parse_metric_list
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "ConfigError",
+    "EvalResult",
+    "Evaluation",
+    "FieldMap",
+    "Gate",
+    "GateOutcome",
+    "InputError",
+    "MetricSpec",
+    "MetricThreshold",
+    "RankgateError",
+    "RetrievalMetricsEvaluator",
+    "Settings",
+    "SpecError",
+    "Summary",
+    "UsageError",
+    "__version__",
+    "evaluate",
+    "make_metric",
+    "parse_gate",
+    "parse_metric",
+    "parse_metric_list",
+]

@@ -1,0 +1,91 @@
+"""What the CLI shares: exit codes, the one path to a clean error, colour rules, the progress bar."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import NoReturn, TextIO
+
+from rankgate.report.console import Style
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "ProgressBar",
+    "abort",
+    "style_for",
+    "write_stdout",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a gate failed
+EXIT_USAGE = 2  # bad arguments or bad input
+
+
+def abort(message: str) -> NoReturn:
+    """Print one line to stderr and exit 2: the only way a user error leaves the CLI."""
+    sys.stderr.write(f"rankgate: error: {message}\n")
+    raise SystemExit(EXIT_USAGE)
+
+
+def write_stdout(text: str) -> None:
+    """Write to stdout; a reader that went away (``| head``) is not an error and keeps the exit code."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def style_for(stream: TextIO, choice: str) -> Style:
+    """Colour when asked, or on a terminal that has not opted out (NO_COLOR, TERM=dumb)."""
+    if choice == "always":
+        return Style(True)
+    if choice == "never" or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return Style(False)
+    return Style(stream.isatty())
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, drawn only on a terminal and only for slow inputs.
+
+    It appears after ``delay`` seconds, so short runs print nothing, and redraws at most ten times
+    a second.
+    """
+
+    WIDTH = 28
+
+    def __init__(self, label: str, stream: TextIO, enabled: bool, delay: float = 0.5) -> None:
+        self._label = label
+        self._stream = stream
+        self._enabled = enabled and stream.isatty()
+        self._started = time.monotonic()
+        self._delay = delay
+        self._last_draw = 0.0
+        self._drawn = False
+
+    def update(self, records: int, done: int, total: int | None) -> None:
+        if not self._enabled:
+            return
+        now = time.monotonic()
+        if now - self._started < self._delay or now - self._last_draw < 0.1:
+            return
+        self._last_draw = now
+        if total:
+            fraction = min(done / total, 1.0)
+            filled = int(fraction * self.WIDTH)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            text = f"reading {self._label} [{bar}] {fraction:4.0%}  {records:,} records"
+        else:
+            text = f"reading {self._label}  {records:,} records"
+        self._stream.write("\r" + text[:120] + "\x1b[K")
+        self._stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()

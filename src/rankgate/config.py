@@ -1,0 +1,115 @@
+"""``rankgate.toml``: metrics, gates, field mapping and conventions for a project.
+
+Example::
+
+    metrics = ["ndcg@5,10", "mrr", "recall@20"]
+    relevance_threshold = 1          # grade a document needs to count as relevant
+    empty_relevant = "skip"          # or "zero"
+    on_invalid = "fail"              # or "skip"
+
+    [fields]                         # where trace fields live in each record
+    retrieved_ids = "metadata.retrieval.ids"
+
+    [gates]                          # "metric" = threshold (>=), or "op threshold"
+    "ndcg@10" = 0.7
+    "recall@20" = ">= 0.85"
+
+Every key is checked; an unknown one is an error that names the file and the key, so a typo never
+silently disables a gate. Values left out fall back to the command line's defaults.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankgate.errors import ConfigError, RankgateError
+from rankgate.gates import Gate, gates_from_table
+
+__all__ = ["DEFAULT_CONFIG_NAME", "Config", "load_config"]
+
+DEFAULT_CONFIG_NAME = "rankgate.toml"
+_KNOWN_KEYS = {"metrics", "relevance_threshold", "empty_relevant", "on_invalid", "fields", "gates"}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The settings a config file gives; None means "not set here"."""
+
+    path: Path | None = None
+    metrics: tuple[str, ...] | None = None
+    relevance_threshold: float | None = None
+    empty_relevant: str | None = None
+    on_invalid: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    gates: tuple[Gate, ...] = ()
+
+
+def load_config(path: Path) -> Config:
+    """Read and check a config file; raises ``ConfigError`` naming the file and the problem."""
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as problem:
+        raise ConfigError(f"{path}: not valid TOML ({problem})") from None
+    unknown = sorted(set(data) - _KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KNOWN_KEYS))})"
+        )
+    try:
+        gates = tuple(gates_from_table(_table(data, "gates", path), f"{path} [gates]"))
+    except RankgateError as problem:
+        raise ConfigError(str(problem)) from None
+    return Config(
+        path=path,
+        metrics=_metrics(data.get("metrics"), path),
+        relevance_threshold=_threshold(data.get("relevance_threshold"), path),
+        empty_relevant=_choice(data, "empty_relevant", ("skip", "zero"), path),
+        on_invalid=_choice(data, "on_invalid", ("fail", "skip"), path),
+        fields=_fields(_table(data, "fields", path), path),
+        gates=gates,
+    )
+
+
+def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: [{key}] must be a table")
+    return value
+
+
+def _metrics(value: Any, path: Path) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(f'{path}: metrics must be a list of strings such as ["ndcg@10"]')
+    return tuple(value)
+
+
+def _threshold(value: Any, path: Path) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"{path}: relevance_threshold must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _choice(data: dict[str, Any], key: str, choices: tuple[str, ...], path: Path) -> str | None:
+    value = data.get(key)
+    if value is not None and value not in choices:
+        raise ConfigError(f"{path}: {key} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _fields(table: dict[str, Any], path: Path) -> dict[str, str]:
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: [fields] {name} must be a string path, got {value!r}")
+    return dict(table)

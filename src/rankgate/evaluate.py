@@ -1,0 +1,337 @@
+"""Evaluating a stream of traces: read -> validate -> batch -> kernels -> means -> gates.
+
+``evaluate`` is the library's main entry point. It streams records through the validator, sets aside
+the ones it cannot score (each under a named reason), builds columnar batches of the rest, runs every
+requested metric's kernel over each batch, and keeps one float per query per metric. Means are exact
+sums (``math.fsum``) over those values, so they do not depend on batch boundaries.
+
+Records read always equal records scored plus records skipped, by reason:
+
+* ``unlabeled``: neither ``relevant_ids`` nor ``relevance_scores`` present;
+* ``no_relevant``: labeled, but no label reaches the relevance threshold, so recall and NDCG are
+  undefined (only under ``empty_relevant="skip"``, the default; ``"zero"`` scores such queries 0);
+* ``invalid``: malformed (only under ``on_invalid="skip"``; the default stops at the first one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from rankgate.batch import BatchBuilder
+from rankgate.errors import ConfigError, InputError
+from rankgate.gates import Gate, GateOutcome, check_gates
+from rankgate.io import FieldMap, TraceSource, open_source, validate_record
+from rankgate.spec import MetricSpec, parse_metric, parse_metric_list
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "SKIP_REASONS",
+    "Evaluation",
+    "InvalidRecord",
+    "Settings",
+    "Summary",
+    "evaluate",
+]
+
+DEFAULT_METRICS = ("ndcg@10", "mrr", "precision@5", "recall@20", "map")
+SKIP_REASONS = ("unlabeled", "no_relevant", "invalid")
+EmptyRelevant = Literal["skip", "zero"]
+OnInvalid = Literal["fail", "skip"]
+ProgressCallback = Callable[[int, int, int | None], None]
+
+BATCH_QUERIES = 65_536
+INVALID_EXAMPLES_KEPT = 10
+PROGRESS_EVERY = 4096
+_SCALARS = (str, int, float, bool, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The conventions an evaluation ran under; reported with the results."""
+
+    relevance_threshold: float = 1.0
+    empty_relevant: EmptyRelevant = "skip"
+    on_invalid: OnInvalid = "fail"
+    fields: FieldMap = field(default_factory=FieldMap)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.relevance_threshold, bool) or not (
+            isinstance(self.relevance_threshold, (int, float))
+            and math.isfinite(self.relevance_threshold)
+            and self.relevance_threshold > 0
+        ):
+            raise ConfigError(
+                f"relevance threshold must be a number > 0, got {self.relevance_threshold!r}"
+            )
+        if self.empty_relevant not in ("skip", "zero"):
+            raise ConfigError(
+                f"empty_relevant must be 'skip' or 'zero', got {self.empty_relevant!r}"
+            )
+        if self.on_invalid not in ("fail", "skip"):
+            raise ConfigError(f"on_invalid must be 'fail' or 'skip', got {self.on_invalid!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidRecord:
+    """A record skipped as invalid: where it was and what was wrong."""
+
+    location: str
+    field: str | None
+    problem: str
+
+    def __str__(self) -> str:
+        what = f"field '{self.field}': {self.problem}" if self.field else self.problem
+        return f"{self.location}: {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What happened to every record read: scored, or skipped under a named reason."""
+
+    read: int
+    scored: int
+    skipped: dict[str, int]
+    labeled: int
+    duplicates_dropped: int
+    invalid_examples: tuple[InvalidRecord, ...] = ()
+
+    @property
+    def coverage(self) -> float | None:
+        """Share of records read that carry labels; None when nothing was read."""
+        return self.labeled / self.read if self.read else None
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """Per-query metric values, their means, what was skipped and why, and the gate verdicts."""
+
+    metrics: tuple[MetricSpec, ...]
+    query_ids: tuple[str, ...]
+    values: dict[MetricSpec, npt.NDArray[np.float64]]
+    attributes: tuple[dict[str, Any], ...]
+    summary: Summary
+    gates: tuple[GateOutcome, ...]
+    settings: Settings
+
+    @cached_property
+    def means(self) -> dict[MetricSpec, float]:
+        """Mean of each metric over the scored queries (NaN when none was scored)."""
+        n = len(self.query_ids)
+        return {
+            spec: math.fsum(self.values[spec].tolist()) / n if n else math.nan
+            for spec in self.metrics
+        }
+
+    @property
+    def passed(self) -> bool:
+        """True when every gate passed (and trivially when there are none)."""
+        return all(outcome.passed for outcome in self.gates)
+
+    def mean(self, metric: str | MetricSpec) -> float:
+        """The mean of one metric, named by string (any alias) or spec."""
+        spec = parse_metric(metric) if isinstance(metric, str) else metric
+        if spec not in self.values:
+            raise KeyError(
+                f"{spec} was not computed (computed: {', '.join(map(str, self.metrics))})"
+            )
+        return self.means[spec]
+
+    def per_query(self) -> list[dict[str, Any]]:
+        """One dict per scored query: ``query_id`` and each metric's value under its canonical name."""
+        columns = [(str(spec), self.values[spec].tolist()) for spec in self.metrics]
+        return [
+            {"query_id": query_id, **{name: values[i] for name, values in columns}}
+            for i, query_id in enumerate(self.query_ids)
+        ]
+
+    def to_arrow(self) -> Any:
+        """Per-query table as a ``pyarrow.Table``: query_id, one column per metric, then the
+        records' other scalar fields."""
+        import pyarrow as pa
+
+        columns: dict[str, Any] = {"query_id": pa.array(self.query_ids, type=pa.string())}
+        for spec in self.metrics:
+            columns[str(spec)] = pa.array(self.values[spec], type=pa.float64())
+        for name in _attribute_names(self.attributes):
+            if name in columns:
+                continue
+            try:
+                columns[name] = pa.array([row.get(name) for row in self.attributes])
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                # Mixed types in one field (a number here, text there): keep it as text.
+                columns[name] = pa.array(
+                    [None if row.get(name) is None else str(row[name]) for row in self.attributes]
+                )
+        return pa.table(columns)
+
+    def to_pandas(self) -> Any:
+        return self.to_arrow().to_pandas()
+
+    def to_polars(self) -> Any:
+        import polars as pl
+
+        return pl.from_arrow(self.to_arrow())
+
+
+def evaluate(
+    traces: Any,
+    metrics: Iterable[str | MetricSpec] | None = None,
+    gates: Sequence[Gate] = (),
+    *,
+    settings: Settings | None = None,
+    input_format: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> Evaluation:
+    """Score recorded traces and check gates.
+
+    Args:
+        traces: a path (JSON Lines, JSON array, Parquet, CSV; ``-`` for stdin), a list of dicts,
+            a pandas/polars/Arrow table, or an open ``TraceSource``.
+        metrics: metric strings (``"ndcg@5,10"``, ``"p@5"``) or specs; the default set when None.
+            Metrics that only gates name are added after these.
+        gates: thresholds on the means (``rankgate.parse_gate``).
+        settings: relevance threshold, awkward-case policies and field mapping.
+        input_format: force a reader (``json``, ``parquet``, ``csv``, ``tsv``).
+        progress: called now and then with (records read, units done, units in total or None);
+            the unit is the source's own (bytes of a file, rows of a table).
+
+    Raises:
+        InputError: a record is malformed and ``settings.on_invalid`` is ``"fail"``.
+        SpecError: a metric string is unknown or malformed.
+    """
+    settings = settings or Settings()
+    requested = _metric_specs(metrics)
+    for gate in gates:
+        if gate.metric not in requested:
+            requested.append(gate.metric)
+    source: TraceSource = (
+        traces
+        if hasattr(traces, "done") and hasattr(traces, "total")
+        else open_source(traces, input_format)
+    )
+    accumulator = _Accumulator(requested, settings)
+    for raw in source:
+        accumulator.take(raw)
+        if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
+            progress(accumulator.read, source.done(), source.total)
+    accumulator.flush()
+    if progress is not None:
+        progress(accumulator.read, source.done(), source.total)
+    return accumulator.result(tuple(gates))
+
+
+def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec]:
+    if metrics is None:
+        return parse_metric_list(DEFAULT_METRICS)
+    if isinstance(metrics, (str, MetricSpec)):
+        metrics = [metrics]
+    specs: list[MetricSpec] = []
+    texts = [m for m in metrics if isinstance(m, str)]
+    for item in metrics:
+        if isinstance(item, MetricSpec) and item not in specs:
+            specs.append(item)
+    for spec in parse_metric_list(texts):
+        if spec not in specs:
+            specs.append(spec)
+    return specs
+
+
+def _attribute_names(rows: Iterable[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(name for row in rows for name in row))
+
+
+class _Accumulator:
+    """Running state of one evaluation: counts, the open batch, and finished per-query values."""
+
+    def __init__(self, metrics: list[MetricSpec], settings: Settings) -> None:
+        self.metrics = metrics
+        self.settings = settings
+        self.read = 0
+        self.labeled = 0
+        self.duplicates = 0
+        self.skipped = dict.fromkeys(SKIP_REASONS, 0)
+        self.invalid_examples: list[InvalidRecord] = []
+        self.query_ids: list[str] = []
+        self.attributes: list[dict[str, Any]] = []
+        self.forced_zero: list[bool] = []
+        self.values: dict[MetricSpec, list[npt.NDArray[np.float64]]] = {m: [] for m in metrics}
+        self.builder = BatchBuilder()
+        self.batch_start = 0
+
+    def take(self, raw: Any) -> None:
+        self.read += 1
+        try:
+            trace = validate_record(raw, self.settings.fields)
+        except InputError as problem:
+            if self.settings.on_invalid == "fail":
+                raise
+            self.skipped["invalid"] += 1
+            if len(self.invalid_examples) < INVALID_EXAMPLES_KEPT:
+                self.invalid_examples.append(
+                    InvalidRecord(str(problem.location), problem.field, problem.problem)
+                )
+            return
+        if trace.grades is None:
+            self.skipped["unlabeled"] += 1
+            return
+        self.labeled += 1
+        threshold = self.settings.relevance_threshold
+        has_relevant = any(grade >= threshold for grade in trace.grades.values())
+        if not has_relevant and self.settings.empty_relevant == "skip":
+            self.skipped["no_relevant"] += 1
+            return
+        self.duplicates += self.builder.add(trace.retrieved_ids, trace.grades)
+        self.query_ids.append(trace.query_id)
+        # Scalar fields are kept for per-query tables and segments; nested values are not.
+        self.attributes.append(
+            {key: value for key, value in trace.attributes.items() if isinstance(value, _SCALARS)}
+        )
+        self.forced_zero.append(not has_relevant)
+        if len(self.builder) >= BATCH_QUERIES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not len(self.builder):
+            return
+        batch = self.builder.build()
+        zero = np.asarray(self.forced_zero[self.batch_start :], dtype=np.bool_)
+        defaults = {"rel": self.settings.relevance_threshold}
+        for spec in self.metrics:
+            values = spec.compute(batch, defaults)
+            # Under empty_relevant="zero" a query with nothing relevant scores 0 on every metric,
+            # whatever positive grades below the threshold would otherwise contribute.
+            values[zero] = 0.0
+            self.values[spec].append(values)
+        self.batch_start = len(self.query_ids)
+        self.builder = BatchBuilder()
+
+    def result(self, gates: tuple[Gate, ...]) -> Evaluation:
+        values = {
+            spec: np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+            for spec, parts in self.values.items()
+        }
+        summary = Summary(
+            read=self.read,
+            scored=len(self.query_ids),
+            skipped=dict(self.skipped),
+            labeled=self.labeled,
+            duplicates_dropped=self.duplicates,
+            invalid_examples=tuple(self.invalid_examples),
+        )
+        ungated = Evaluation(
+            metrics=tuple(self.metrics),
+            query_ids=tuple(self.query_ids),
+            values=values,
+            attributes=tuple(self.attributes),
+            summary=summary,
+            gates=(),
+            settings=self.settings,
+        )
+        return replace(ungated, gates=check_gates(gates, ungated.means))

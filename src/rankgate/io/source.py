@@ -1,0 +1,64 @@
+"""What every reader provides, and how a file's format is chosen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from rankgate.errors import UsageError
+from rankgate.io.validate import RawRecord
+
+__all__ = ["FORMATS", "TraceSource", "detect_format"]
+
+FORMATS = ("json", "parquet", "csv", "tsv")
+
+_SUFFIXES = {
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".json": "json",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".tsv": "tsv",
+}
+
+
+class TraceSource(Protocol):
+    """A stream of raw records plus what a progress bar needs.
+
+    ``total`` and ``done()`` are in one unit (bytes of the file, or rows), so their ratio is the
+    fraction read; ``total`` is None when it cannot be known in advance (stdin).
+    """
+
+    name: str
+    total: int | None
+
+    def __iter__(self) -> Iterator[RawRecord]: ...
+
+    def done(self) -> int: ...
+
+
+def detect_format(path: Path, head: bytes) -> str:
+    """Format from the file name (ignoring ``.gz``), else from the first bytes."""
+    suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+    if suffixes and suffixes[-1] in _SUFFIXES:
+        return _SUFFIXES[suffixes[-1]]
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    return "json"
+
+
+def require_file(path: Path) -> None:
+    if path.is_dir():
+        raise UsageError(f"{path}: is a folder; name a trace file")
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+
+
+def file_size(path: Path) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None

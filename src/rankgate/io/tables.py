@@ -1,0 +1,141 @@
+"""Row-shaped sources: Parquet files, CSV/TSV files, Arrow/pandas/polars tables, lists of dicts.
+
+Parquet and in-memory tables are read in Arrow record batches, so a large file never sits in memory
+whole. List cells arrive as Python lists, map cells as dicts; CSV cells carry lists and maps as JSON
+text, which the validator decodes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rankgate.errors import InputError, Location, UsageError
+from rankgate.io.validate import RawRecord
+
+__all__ = ["ArrowSource", "CsvSource", "RecordsSource", "arrow_table"]
+
+BATCH_ROWS = 8192
+
+
+class ArrowSource:
+    """Rows of a Parquet file or an in-memory Arrow table, read batch by batch."""
+
+    def __init__(self, name: str, batches: Any, total: int | None) -> None:
+        self.name = name
+        self.total = total
+        self._batches = batches
+        self._rows_done = 0
+
+    @classmethod
+    def parquet(cls, path: Path) -> ArrowSource:
+        import pyarrow.parquet as pq
+
+        try:
+            parquet = pq.ParquetFile(path)
+        except Exception as problem:  # pyarrow raises several types for a file that is not Parquet
+            raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
+        return cls(
+            str(path), parquet.iter_batches(batch_size=BATCH_ROWS), parquet.metadata.num_rows
+        )
+
+    @classmethod
+    def table(cls, name: str, table: Any) -> ArrowSource:
+        return cls(name, table.to_batches(max_chunksize=BATCH_ROWS), table.num_rows)
+
+    def done(self) -> int:
+        return self._rows_done
+
+    def __iter__(self) -> Iterator[RawRecord]:
+        row = 0
+        for batch in self._batches:
+            for value in batch.to_pylist(maps_as_pydicts="strict"):
+                row += 1
+                yield RawRecord(Location(self.name, row=row), value, row, null_means_absent=True)
+            self._rows_done = row
+
+
+class CsvSource:
+    """Rows of a CSV or TSV file with a header line; an empty cell is a missing value."""
+
+    def __init__(self, path: Path, delimiter: str, total: int | None) -> None:
+        self.name = str(path)
+        self.total = total
+        self._path = path
+        self._delimiter = delimiter
+        self._raw: Any = None
+
+    def done(self) -> int:
+        try:
+            return int(self._raw.tell()) if self._raw is not None else 0
+        except (OSError, ValueError):
+            return 0
+
+    def __iter__(self) -> Iterator[RawRecord]:
+        with self._path.open("rb") as raw:
+            self._raw = raw
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+            reader = csv.DictReader(text, delimiter=self._delimiter)
+            ordinal = 0
+            try:
+                for row in reader:
+                    ordinal += 1
+                    location = Location(self.name, line=reader.line_num)
+                    if None in row:
+                        yield RawRecord(
+                            location,
+                            None,
+                            ordinal,
+                            problem="row has more cells than the header has columns",
+                        )
+                        continue
+                    value = {key: (cell if cell != "" else None) for key, cell in row.items()}
+                    yield RawRecord(location, value, ordinal)
+            except (csv.Error, UnicodeDecodeError) as problem:
+                raise InputError(
+                    Location(self.name, line=reader.line_num + 1),
+                    None,
+                    f"cannot read CSV ({problem})",
+                ) from None
+
+
+class RecordsSource:
+    """An in-memory sequence of dicts (the Python API's ``evaluate([...])``)."""
+
+    def __init__(self, records: Sequence[Any], name: str = "<records>") -> None:
+        self.name = name
+        self.total: int | None = len(records)
+        self._records = records
+        self._done = 0
+
+    def done(self) -> int:
+        return self._done
+
+    def __iter__(self) -> Iterator[RawRecord]:
+        for index, value in enumerate(self._records, start=1):
+            self._done = index
+            yield RawRecord(Location(self.name, row=index), value, index)
+
+
+def arrow_table(data: Any) -> Any | None:
+    """An Arrow table for a pandas, polars or Arrow object; None for anything else."""
+    module = type(data).__module__.split(".", 1)[0]
+    if module not in ("pyarrow", "pandas", "polars"):
+        return None
+    import pyarrow as pa
+
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if module == "polars":
+        return data.to_arrow()
+    if module == "pandas":
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as problem:
+            raise UsageError(f"cannot convert the DataFrame to Arrow: {problem}") from None
+    return None

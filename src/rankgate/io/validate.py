@@ -1,0 +1,229 @@
+"""Turning raw records into validated traces, with errors that say exactly where and what.
+
+Every reader yields ``RawRecord``s (a location plus whatever the format decoded); this module is the
+one place that decides what a valid trace is. Field names are mapped with ``FieldMap`` (dotted paths
+reach nested objects), and a record whose fields sit one level down under ``input`` (the design note's
+``Example.Input``) is read from there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankgate.errors import ConfigError, InputError, Location
+
+__all__ = ["FieldMap", "RawRecord", "Trace", "validate_record"]
+
+# The key under which the design note's per-example evaluator kept its fields.
+NESTED_INPUT_KEY = "input"
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One record as a reader decoded it.
+
+    ``problem`` is set (and ``value`` is None) when the reader could not decode the record at all,
+    so that ``--on-invalid skip`` can count it like any other invalid record. ``null_means_absent``
+    is set by table readers, where a missing map entry or struct field arrives as null.
+    """
+
+    location: Location
+    value: Any
+    ordinal: int
+    problem: str | None = None
+    null_means_absent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FieldMap:
+    """Where each trace field lives in a record: a key, or a dotted path such as ``meta.ids``."""
+
+    query_id: str = "query_id"
+    retrieved_ids: str = "retrieved_ids"
+    relevant_ids: str = "relevant_ids"
+    relevance_scores: str = "relevance_scores"
+
+    @classmethod
+    def from_assignments(
+        cls, assignments: Mapping[str, str], base: FieldMap | None = None
+    ) -> FieldMap:
+        """Override fields from ``{"retrieved_ids": "metadata.retrieval.ids"}`` style pairs."""
+        known = {"query_id", "retrieved_ids", "relevant_ids", "relevance_scores"}
+        values = {name: getattr(base or cls(), name) for name in known}
+        for name, path in assignments.items():
+            if name not in known:
+                raise ConfigError(
+                    f"unknown trace field {name!r} in field mapping "
+                    f"(fields: {', '.join(sorted(known))})"
+                )
+            if not path or any(not part for part in path.split(".")):
+                raise ConfigError(f"field {name}: {path!r} is not a key or dotted path")
+            values[name] = path
+        return cls(**values)
+
+    def paths(self) -> tuple[str, ...]:
+        return (self.query_id, self.retrieved_ids, self.relevant_ids, self.relevance_scores)
+
+
+@dataclass(slots=True)
+class Trace:
+    """A validated trace: what the retriever returned and, when labeled, every document's grade.
+
+    ``grades`` is None for an unlabeled query. ``relevant_ids`` contribute grade 1 unless
+    ``relevance_scores`` gives the document a grade of its own.
+    """
+
+    location: Location
+    query_id: str
+    retrieved_ids: list[str]
+    grades: dict[str, float] | None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+_MISSING = object()
+
+
+def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
+    """Check one raw record and return its trace; raises ``InputError`` naming location and field."""
+    if raw.problem is not None:
+        raise InputError(raw.location, None, raw.problem)
+    record = raw.value
+    if not isinstance(record, dict):
+        raise InputError(raw.location, None, f"expected an object, got {_kind(record)}")
+
+    container, prefix = record, ""
+    nested = record.get(NESTED_INPUT_KEY)
+    if _lookup(record, fields.retrieved_ids) is _MISSING and isinstance(nested, dict):
+        container, prefix = nested, NESTED_INPUT_KEY + "."
+
+    def named(path: str) -> str:
+        return prefix + path
+
+    retrieved_raw = _lookup(container, fields.retrieved_ids)
+    if retrieved_raw is _MISSING:
+        raise InputError(raw.location, named(fields.retrieved_ids), "required field is missing")
+    retrieved = _id_list(retrieved_raw, raw.location, named(fields.retrieved_ids))
+
+    relevant_raw = _lookup(container, fields.relevant_ids)
+    relevant = (
+        None
+        if relevant_raw is _MISSING or relevant_raw is None
+        else _id_list(relevant_raw, raw.location, named(fields.relevant_ids))
+    )
+    scores = _grades(
+        _lookup(container, fields.relevance_scores),
+        raw.location,
+        named(fields.relevance_scores),
+        raw.null_means_absent,
+    )
+    grades: dict[str, float] | None = None
+    if relevant is not None or scores is not None:
+        grades = dict.fromkeys(relevant or (), 1.0)
+        grades.update(scores or {})
+
+    query_id = _query_id(_lookup(container, fields.query_id), raw, named(fields.query_id))
+    used = {path.split(".", 1)[0] for path in fields.paths()}
+    attributes = {key: value for key, value in container.items() if key not in used}
+    if container is not record:
+        attributes.update((key, value) for key, value in record.items() if key != NESTED_INPUT_KEY)
+    return Trace(raw.location, query_id, retrieved, grades, attributes)
+
+
+def _lookup(container: Mapping[str, Any], path: str) -> Any:
+    """The value at a key or dotted path; ``_MISSING`` when absent, None when explicitly null."""
+    if path in container:
+        return container[path]
+    head, dot, rest = path.partition(".")
+    if dot and isinstance(container.get(head), dict):
+        return _lookup(container[head], rest)
+    return _MISSING
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    names = {
+        bool: "boolean",
+        str: "string",
+        int: "integer",
+        float: "number",
+        list: "list",
+        dict: "object",
+    }
+    return names.get(type(value), type(value).__name__)
+
+
+def _decoded_text(value: Any, location: Location, field_name: str) -> Any:
+    """CSV cells and text columns carry lists and maps as JSON text; decode them here."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as problem:
+            raise InputError(
+                location, field_name, f"text is not valid JSON ({problem.msg})"
+            ) from None
+    return value
+
+
+def _document_id(value: Any, location: Location, field_name: str) -> str:
+    # Integer IDs are common in logs; 17 and "17" name the same document. Floats, booleans and
+    # nested values are refused: their string forms ("1.0", "True") are almost never meant.
+    if isinstance(value, str):
+        if not value:
+            raise InputError(location, field_name, "document ID is an empty string")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(location, field_name, f"expected a string or integer ID, got {_kind(value)}")
+
+
+def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
+    value = _decoded_text(value, location, field_name)
+    if isinstance(value, tuple):
+        value = list(value)
+    if not isinstance(value, list):
+        raise InputError(location, field_name, f"expected a list of IDs, got {_kind(value)}")
+    return [_document_id(item, location, f"{field_name}[{i}]") for i, item in enumerate(value)]
+
+
+def _grades(
+    value: Any, location: Location, field_name: str, null_means_absent: bool
+) -> dict[str, float] | None:
+    if value is _MISSING or value is None:
+        return None
+    value = _decoded_text(value, location, field_name)
+    if isinstance(value, list) and all(
+        isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value
+    ):
+        value = dict(value)  # an Arrow map column arrives as (key, value) pairs
+    if not isinstance(value, dict):
+        raise InputError(
+            location, field_name, f"expected an object of document ID -> grade, got {_kind(value)}"
+        )
+    grades: dict[str, float] = {}
+    for key, grade in value.items():
+        doc = _document_id(key, location, field_name)
+        where = f"{field_name}.{doc}"
+        if grade is None and null_means_absent:
+            continue
+        if isinstance(grade, bool) or not isinstance(grade, (int, float)):
+            raise InputError(location, where, f"grade must be a number >= 0, got {_kind(grade)}")
+        if not math.isfinite(grade) or grade < 0:
+            raise InputError(location, where, f"grade must be a number >= 0, got {grade!r}")
+        grades[doc] = float(grade)
+    return grades
+
+
+def _query_id(value: Any, raw: RawRecord, field_name: str) -> str:
+    if value is _MISSING or value is None:
+        # Records without an ID are still scored; they are named by their position in the input.
+        return f"#{raw.ordinal}"
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise InputError(raw.location, field_name, f"expected a string or integer, got {_kind(value)}")

@@ -1,0 +1,1 @@
+"""Metric definitions (``definitions``), their registry (``registry``) and shared kernels."""

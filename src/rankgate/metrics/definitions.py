@@ -1,0 +1,184 @@
+"""Every metric rankgate computes, each declared once.
+
+Definitions follow trec_eval (the reference implementation of TREC) wherever both define the same
+measure; ``docs/metrics.md`` is generated from these declarations and lists where the design note's
+reference code differs. Conventions shared by all metrics:
+
+* rankings are de-duplicated before scoring (first rank wins);
+* a document is relevant when its grade >= ``rel`` (default 1); grade 0 means judged non-relevant,
+  and a document with no label counts as grade 0;
+* a denominator of zero (no relevant document at this metric's ``rel``, no ideal gain, nothing
+  retrieved) scores 0 — queries with no relevant document at all are set aside before any kernel runs
+  (see ``EmptyRelevantPolicy`` in ``rankgate.evaluate``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rankgate.batch import RankedBatch
+from rankgate.metrics import kernels
+from rankgate.metrics.kernels import Floats
+from rankgate.metrics.registry import Alias, Param, metric
+
+REL = Param(
+    "rel",
+    kind="number",
+    default=1,
+    description="minimum grade for a document to count as relevant",
+    minimum=0.0,
+    exclusive_min=True,
+)
+GAIN = Param(
+    "gain",
+    kind="choice",
+    default="exponential",
+    description="gain of a grade g: exponential = 2^g - 1, linear = g (trec_eval's ndcg_cut)",
+    choices=("exponential", "linear"),
+)
+
+_MANNING = "Manning, Raghavan & Schütze, Introduction to Information Retrieval (2008), ch. 8"
+_TREC = "trec_eval 9.0 (NIST)"
+
+
+@metric(
+    "ndcg",
+    params=(GAIN,),
+    summary="Normalised discounted cumulative gain of the top k.",
+    formula="DCG@k / IDCG@k, DCG@k = Σ_{i≤k} gain(g_i) / log2(i + 1)",
+    reference="Järvelin & Kekäläinen, TOIS 20(4) 2002; exponential gain: Burges et al., ICML 2005; "
+    f"{_TREC} ndcg_cut (gain=linear)",
+    edge_cases="IDCG is built from all labeled documents, cut at k, not at the number retrieved. "
+    "Every positive grade adds gain; no `rel` threshold. 0 when IDCG is 0.",
+    aliases=(
+        Alias("ndcg_cut", {"gain": "linear"}, style="trec"),
+        Alias("nDCG", {"gain": "linear"}),
+        Alias("ndcg_burges"),
+    ),
+)
+def ndcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
+    return kernels.ratio(kernels.dcg(batch, k, gain), kernels.ideal_dcg(batch, k, gain))
+
+
+@metric(
+    "dcg",
+    params=(GAIN,),
+    summary="Discounted cumulative gain of the top k (not normalised).",
+    formula="Σ_{i≤k} gain(g_i) / log2(i + 1)",
+    reference="Järvelin & Kekäläinen, TOIS 20(4) 2002",
+    edge_cases="The one unnormalised metric: values are >= 0 with no upper bound.",
+    aliases=(Alias("dcg_burges"),),
+    bounded=False,
+    monotone_in_k=True,
+)
+def dcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
+    return kernels.dcg(batch, k, gain)
+
+
+@metric(
+    "precision",
+    params=(REL,),
+    summary="Share of the top k that is relevant.",
+    formula="|relevant ∩ top k| / k",
+    reference=f"{_MANNING}; {_TREC} P_k",
+    edge_cases="Divides by k even when fewer than k documents were retrieved. Without @k: "
+    "relevant retrieved / retrieved (trec_eval set_P), 0 when nothing was retrieved.",
+    aliases=(
+        Alias("p", fold_case=True),
+        Alias("prec"),
+        Alias("P", style="trec"),
+    ),
+)
+def precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    found = kernels.per_query_count(batch, kernels.relevant_hits(batch, k, rel))
+    if k is None:
+        return kernels.ratio(found, batch.ranked_lengths.astype(np.float64))
+    return found / float(k)
+
+
+@metric(
+    "recall",
+    params=(REL,),
+    summary="Share of all relevant documents found in the top k.",
+    formula="|relevant ∩ top k| / R",
+    reference=f"{_MANNING}; {_TREC} recall_k",
+    edge_cases="R counts every relevant label, not min(R, k), as trec_eval does.",
+    aliases=(Alias("r", fold_case=True), Alias("recall", style="trec")),
+    monotone_in_k=True,
+)
+def recall(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    found = kernels.per_query_count(batch, kernels.relevant_hits(batch, k, rel))
+    return kernels.ratio(found, kernels.relevant_total(batch, rel))
+
+
+@metric(
+    "mrr",
+    params=(REL,),
+    summary="Reciprocal rank of the first relevant document (mean over queries: MRR).",
+    formula="1 / rank of the first relevant document in the top k",
+    reference=f"Voorhees, TREC-8 QA track (1999); {_TREC} recip_rank",
+    edge_cases="0 when no relevant document is in the top k.",
+    aliases=(
+        Alias("recip_rank"),
+        Alias("rr", fold_case=True),
+        Alias("mrr", fold_case=True),
+    ),
+    monotone_in_k=True,
+)
+def mrr(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    first = kernels.first_hit_rank(batch, kernels.relevant_hits(batch, k, rel))
+    return kernels.ratio(np.ones_like(first), first)
+
+
+@metric(
+    "map",
+    params=(REL,),
+    summary="Average precision at the ranks of relevant documents (mean over queries: MAP).",
+    formula="Σ_{i≤k, i relevant} P@i / R",
+    reference=f"{_MANNING} §8.4; {_TREC} map, map_cut_k",
+    edge_cases="Divides by R, all relevant documents, also when cut at k (trec_eval map_cut).",
+    aliases=(
+        Alias("ap", fold_case=True),
+        Alias("map", style="trec"),
+        Alias("map_cut", style="trec"),
+    ),
+    monotone_in_k=True,
+)
+def average_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    hits = kernels.relevant_hits(batch, k, rel)
+    precision_here = kernels.hits_so_far(batch, hits) / (batch.ranked_rank + 1.0)
+    summed = kernels.per_query_sum(batch, np.where(hits, precision_here, 0.0))
+    return kernels.ratio(summed, kernels.relevant_total(batch, rel))
+
+
+@metric(
+    "hit_rate",
+    params=(REL,),
+    summary="1 when any relevant document is in the top k, else 0.",
+    formula="[|relevant ∩ top k| > 0]",
+    reference=f"{_TREC} success_k",
+    edge_cases="Without @k: any relevant document retrieved at all.",
+    aliases=(Alias("success", style="trec"), Alias("hit_rate", style="trec")),
+    monotone_in_k=True,
+)
+def hit_rate(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    found = kernels.per_query_count(batch, kernels.relevant_hits(batch, k, rel))
+    return (found > 0).astype(np.float64)
+
+
+@metric(
+    "r_precision",
+    params=(REL,),
+    cutoff=False,
+    summary="Precision at rank R, where R is the number of relevant documents.",
+    formula="|relevant ∩ top R| / R",
+    reference=f"{_MANNING} §8.4; {_TREC} Rprec",
+    edge_cases="Divides by R even when fewer than R documents were retrieved.",
+    aliases=(Alias("Rprec"), Alias("r-precision"), Alias("rprec")),
+)
+def r_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    del k  # declared without a cutoff
+    total = kernels.relevant_total(batch, rel)
+    in_top_r = batch.ranked_rank < total[batch.ranked_query]
+    hits = (batch.ranked_grades >= rel) & in_top_r
+    return kernels.ratio(kernels.per_query_count(batch, hits), total)

@@ -1,0 +1,210 @@
+"""The metric registry: one declaration per metric, read by every other part of rankgate.
+
+A metric is declared once, in ``definitions.py``, with the ``@metric`` decorator. The declaration
+carries everything the rest of the program needs: parameter names, types, defaults and ranges (read by
+the spec parser and config validation), whether it takes a cutoff ``@k``, the formula and reference
+(read by ``rankgate metrics`` and the docs table), aliases users type (``P_5``, ``ndcg_cut_10``), and
+the properties the property tests check (bounded to [0, 1], monotone in k). The kernel itself works on a
+whole ``RankedBatch`` and returns one float per query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from rankgate.batch import RankedBatch
+
+__all__ = [
+    "REGISTRY",
+    "Alias",
+    "Kernel",
+    "MetricDef",
+    "Param",
+    "ParamValue",
+    "get",
+    "metric",
+]
+
+ParamValue = int | float | str
+Kernel = Callable[..., npt.NDArray[np.float64]]
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A declared metric parameter.
+
+    ``kind`` is ``"number"`` (int or float, stored as int when integral so that ``rel=2`` prints as
+    written) or ``"choice"`` (one of ``choices``). ``minimum`` is exclusive when ``exclusive_min``.
+    """
+
+    name: str
+    kind: str
+    default: ParamValue
+    description: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    exclusive_min: bool = False
+
+    def coerce(self, raw: str | ParamValue) -> ParamValue:
+        """Turn a raw value (text from a spec string, or a Python value) into a checked value.
+
+        Raises ``ValueError`` with a message naming what was expected; the caller adds context.
+        """
+        if self.kind == "choice":
+            text = str(raw)
+            if text not in self.choices:
+                raise ValueError(f"expected one of {', '.join(self.choices)}, got {text!r}")
+            return text
+        if isinstance(raw, bool):
+            raise ValueError(f"expected a number, got {raw!r}")
+        try:
+            number = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number, got {raw!r}") from None
+        if not np.isfinite(number):
+            raise ValueError(f"expected a finite number, got {raw!r}")
+        if self.minimum is not None:
+            too_small = number <= self.minimum if self.exclusive_min else number < self.minimum
+            if too_small:
+                bound = ">" if self.exclusive_min else ">="
+                raise ValueError(f"expected a number {bound} {self.minimum:g}, got {raw!r}")
+        return int(number) if number.is_integer() else number
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """Another name users type for a metric, with the parameters that name implies.
+
+    ``style`` says how the cutoff is written: ``"at"`` for ``name@k`` (``p@5``, ``nDCG@10``) and
+    ``"trec"`` for trec_eval's ``name_k`` / ``name.k`` (``P_5``, ``ndcg_cut.10``). ``fold_case``
+    allows any capitalisation.
+    """
+
+    name: str
+    params: Mapping[str, ParamValue] = field(default_factory=dict)
+    style: str = "at"
+    fold_case: bool = False
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """Everything rankgate knows about one metric."""
+
+    name: str
+    kernel: Kernel
+    params: tuple[Param, ...]
+    cutoff: bool
+    summary: str
+    formula: str
+    reference: str
+    edge_cases: str
+    aliases: tuple[Alias, ...] = ()
+    bounded: bool = True
+    monotone_in_k: bool = False
+
+    def param(self, name: str) -> Param:
+        for declared in self.params:
+            if declared.name == name:
+                return declared
+        raise KeyError(name)
+
+    def compute(
+        self,
+        batch: RankedBatch,
+        k: int | None,
+        params: Mapping[str, ParamValue],
+        defaults: Mapping[str, ParamValue] | None = None,
+    ) -> npt.NDArray[np.float64]:
+        """Run the kernel with every declared parameter filled in.
+
+        A parameter takes the value the spec gives, else the run-wide value in ``defaults`` (the
+        relevance threshold set for a whole evaluation), else its declared default.
+        """
+        fallback = defaults or {}
+        full = {p.name: params.get(p.name, fallback.get(p.name, p.default)) for p in self.params}
+        return self.kernel(batch, k, **full)
+
+
+REGISTRY: dict[str, MetricDef] = {}
+
+
+def metric(
+    name: str,
+    *,
+    summary: str,
+    formula: str,
+    reference: str,
+    edge_cases: str,
+    params: tuple[Param, ...] = (),
+    cutoff: bool = True,
+    aliases: tuple[Alias, ...] = (),
+    bounded: bool = True,
+    monotone_in_k: bool = False,
+) -> Callable[[Kernel], Kernel]:
+    """Register ``kernel`` under ``name``; the one place a metric is added."""
+
+    def register(kernel: Kernel) -> Kernel:
+        if name in REGISTRY:
+            raise RuntimeError(f"metric {name!r} is registered twice")
+        REGISTRY[name] = MetricDef(
+            name=name,
+            kernel=kernel,
+            params=params,
+            cutoff=cutoff,
+            summary=summary,
+            formula=formula,
+            reference=reference,
+            edge_cases=edge_cases,
+            aliases=aliases,
+            bounded=bounded,
+            monotone_in_k=monotone_in_k,
+        )
+        return kernel
+
+    return register
+
+
+def get(name: str) -> MetricDef:
+    """The definition registered under the canonical ``name``; ``KeyError`` when there is none."""
+    _load_definitions()
+    return REGISTRY[name]
+
+
+def _load_definitions() -> None:
+    # Importing the module runs its decorators; it is cached after the first call.
+    from rankgate.metrics import definitions  # noqa: F401
+
+
+def all_metrics() -> list[MetricDef]:
+    """Every registered metric, in declaration order."""
+    _load_definitions()
+    return list(REGISTRY.values())
+
+
+def describe(definition: MetricDef) -> dict[str, Any]:
+    """A plain-data description of a metric, for ``rankgate metrics --format json`` and docs."""
+    return {
+        "name": definition.name,
+        "cutoff": definition.cutoff,
+        "params": [
+            {
+                "name": p.name,
+                "default": p.default,
+                "description": p.description,
+                **({"choices": list(p.choices)} if p.choices else {}),
+            }
+            for p in definition.params
+        ],
+        "summary": definition.summary,
+        "formula": definition.formula,
+        "reference": definition.reference,
+        "edge_cases": definition.edge_cases,
+        "aliases": [a.name for a in definition.aliases],
+        "bounded": definition.bounded,
+    }
