@@ -18,6 +18,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -99,8 +100,8 @@ class BatchBuilder:
         close the gap.
         """
         distinct = list(dict.fromkeys(retrieved_ids))
-        self._ranked_grades.extend([grades.get(doc, 0.0) for doc in distinct])
-        self._ranked_judged.extend([doc in grades for doc in distinct])
+        self._ranked_grades.extend(map(grades.get, distinct, repeat(0.0)))
+        self._ranked_judged.extend(map(grades.__contains__, distinct))
         self._ranked_offsets.append(len(self._ranked_grades))
         self._label_grades.extend(sorted(grades.values(), reverse=True))
         self._label_offsets.append(len(self._label_grades))

@@ -54,8 +54,12 @@ def load_config(path: Path) -> Config:
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid TOML (the file is not UTF-8 text)") from None
     except tomllib.TOMLDecodeError as problem:
         raise ConfigError(f"{path}: not valid TOML ({problem})") from None
+    except OSError as problem:
+        raise ConfigError(f"{path}: cannot read config file ({problem.strerror})") from None
     unknown = sorted(set(data) - _KNOWN_KEYS)
     if unknown:
         raise ConfigError(

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.batch import BatchBuilder
-from rankgate.errors import ConfigError, InputError
+from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import Gate, GateOutcome, check_gates
 from rankgate.io import FieldMap, TraceSource, open_source, validate_record
 from rankgate.spec import MetricSpec, parse_metric, parse_metric_list
@@ -211,11 +211,7 @@ def evaluate(
     for gate in gates:
         if gate.metric not in requested:
             requested.append(gate.metric)
-    source: TraceSource = (
-        traces
-        if hasattr(traces, "done") and hasattr(traces, "total")
-        else open_source(traces, input_format)
-    )
+    source: TraceSource = open_source(traces, input_format)
     accumulator = _Accumulator(requested, settings)
     for raw in source:
         accumulator.take(raw)
@@ -240,6 +236,8 @@ def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec
     for spec in parse_metric_list(texts):
         if spec not in specs:
             specs.append(spec)
+    if not specs:
+        raise UsageError("no metric to compute: name at least one (e.g. ndcg@10)")
     return specs
 
 

@@ -7,7 +7,6 @@ returns a ``TraceSource`` yielding located ``RawRecord``s, which ``validate_reco
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,8 @@ __all__ = [
 ]
 
 STDIN = "-"
+# Sources built by hand (e.g. a TrecSource) pass straight through open_source.
+SOURCE_TYPES = (JsonSource, ArrowSource, CsvSource, RecordsSource, TrecSource)
 
 
 def open_source(data: Any, input_format: str | None = None) -> TraceSource:
@@ -43,7 +44,7 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
     if isinstance(data, str) and data == STDIN:
         if input_format not in (None, "json"):
             raise UsageError("standard input is read as JSON Lines or a JSON array only")
-        return JsonSource("<stdin>", sys.stdin.buffer, None)
+        return JsonSource.from_stdin()
     if isinstance(data, (str, Path)):
         path = Path(data)
         require_file(path)
@@ -55,7 +56,9 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
             return ArrowSource.parquet(path)
         if chosen in ("csv", "tsv"):
             return CsvSource(path, "\t" if chosen == "tsv" else ",", size)
-        return JsonSource.open(path, size)
+        return JsonSource.from_path(path, size)
+    if isinstance(data, SOURCE_TYPES):
+        return data
     table = arrow_table(data)
     if table is not None:
         return ArrowSource.table(f"<{type(data).__name__}>", table)

@@ -1,25 +1,27 @@
 """JSON Lines and JSON arrays, plain or gzip-compressed, from a file or standard input.
 
-Which of the two a source holds is decided by its first non-blank character (``[`` starts an array),
-so a ``.json`` file of either shape and ``-`` both work. Every record keeps its line number.
+A ``.jsonl`` / ``.ndjson`` file is always read as lines. For ``.json`` and stdin the first non-blank
+character decides (``[`` starts an array), so either shape works there. Every record keeps its line
+number. gzip is recognised by its first bytes, whatever the file is called.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from rankgate.errors import InputError, Location
+from rankgate.io.source import GZIP_ERRORS, decompressed
 from rankgate.io.validate import RawRecord
 
 __all__ = ["JsonSource"]
 
-_GZIP_MAGIC = b"\x1f\x8b"
+LINES_SUFFIXES = (".jsonl", ".ndjson")
 _BOM = b"\xef\xbb\xbf"
+_BLANK = b" \t\r\n"
 
 
 def _refuse_constant(name: str) -> Any:
@@ -31,43 +33,64 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 class JsonSource:
-    """Records from JSON Lines or a JSON array; ``name`` is the path or ``<stdin>``."""
+    """Records from JSON Lines or a JSON array; ``name`` is the path or ``<stdin>``.
 
-    def __init__(self, name: str, raw: IO[bytes], total: int | None) -> None:
+    The file is opened when iteration starts and closed when it ends, so a source that is never read
+    holds no file handle.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        open_raw: Callable[[], IO[bytes]],
+        total: int | None,
+        *,
+        lines_only: bool = False,
+        owns_handle: bool = True,
+    ) -> None:
         self.name = name
         self.total = total
-        self._raw = raw
+        self._open_raw = open_raw
+        self._lines_only = lines_only
+        self._owns_handle = owns_handle
+        self._raw: IO[bytes] | None = None
 
     @classmethod
-    def open(cls, path: Path, total: int | None) -> JsonSource:
-        return cls(str(path), path.open("rb"), total)
+    def from_path(cls, path: Path, total: int | None) -> JsonSource:
+        suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+        lines_only = bool(suffixes) and suffixes[-1] in LINES_SUFFIXES
+        return cls(str(path), lambda: path.open("rb"), total, lines_only=lines_only)
+
+    @classmethod
+    def from_stdin(cls) -> JsonSource:
+        return cls("<stdin>", lambda: sys.stdin.buffer, None, owns_handle=False)
 
     def done(self) -> int:
         try:
-            return self._raw.tell()
+            return self._raw.tell() if self._raw is not None else 0
         except (OSError, ValueError):
             return 0
 
     def __iter__(self) -> Iterator[RawRecord]:
-        with self._raw:
-            stream = self._decompressed()
-            head = stream.peek(64)[:64].lstrip(_BOM).lstrip()
-            if head.startswith(b"["):
-                yield from self._array(stream.read())
+        raw = self._raw = self._open_raw()
+        try:
+            stream = decompressed(raw)
+            first_line = _skip_leading_blank(stream)
+            if not self._lines_only and stream.peek(1)[:1] == b"[":
+                yield from self._array(stream.read(), first_line)
             else:
-                yield from self._lines(stream)
+                yield from self._lines(stream, first_line)
+        except GZIP_ERRORS as problem:
+            raise InputError(
+                self.name, None, f"corrupt or truncated gzip data ({problem})"
+            ) from None
+        finally:
+            if self._owns_handle:
+                raw.close()
 
-    def _decompressed(self) -> Any:
-        buffered = self._raw if hasattr(self._raw, "peek") else _buffer(self._raw)
-        if buffered.peek(2)[:2] == _GZIP_MAGIC:
-            return _buffer(gzip.GzipFile(fileobj=buffered, mode="rb"))
-        return buffered
-
-    def _lines(self, stream: IO[bytes]) -> Iterator[RawRecord]:
+    def _lines(self, stream: IO[bytes], first_line: int) -> Iterator[RawRecord]:
         ordinal = 0
-        for number, line in enumerate(stream, start=1):
-            if number == 1:
-                line = line.removeprefix(_BOM)
+        for number, line in enumerate(stream, start=first_line):
             if not line.strip():
                 continue  # blank lines separate nothing and are not records
             ordinal += 1
@@ -83,15 +106,14 @@ class JsonSource:
             else:
                 yield RawRecord(location, value, ordinal)
 
-    def _array(self, data: bytes) -> Iterator[RawRecord]:
+    def _array(self, data: bytes, first_line: int) -> Iterator[RawRecord]:
         try:
-            text = data.removeprefix(_BOM).decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as problem:
             raise InputError(
                 self.name, None, f"file is not valid UTF-8 ({problem.reason})"
             ) from None
-        position = text.index("[") + 1
-        line = 1 + text.count("\n", 0, position)
+        position, line = 1, first_line  # just past the opening bracket
         ordinal = 0
         while True:
             position, line = _skip_space(text, position, line)
@@ -118,6 +140,30 @@ class JsonSource:
             yield RawRecord(Location(self.name, line=line), value, ordinal)
             line += text.count("\n", position, end)
             position = end
+        position, line = _skip_space(text, position + 1, line)
+        if position < len(text):
+            raise InputError(
+                Location(self.name, line=line),
+                None,
+                "unexpected content after the JSON array (one array per file, or use JSON Lines)",
+            )
+
+
+def _skip_leading_blank(stream: Any) -> int:
+    """Consume a byte-order mark and leading white space; return the line the content starts on."""
+    if stream.peek(3)[:3] == _BOM:
+        stream.read(3)
+    line = 1
+    while True:
+        chunk = stream.peek(1)
+        if not chunk:
+            return line
+        rest = chunk.lstrip(_BLANK)
+        consumed = len(chunk) - len(rest)
+        line += int(chunk.count(b"\n", 0, consumed))
+        stream.read(consumed)
+        if rest:
+            return line
 
 
 def _skip_space(text: str, position: int, line: int) -> tuple[int, int]:
@@ -130,7 +176,3 @@ def _skip_space(text: str, position: int, line: int) -> tuple[int, int]:
 
 def _reason(problem: ValueError) -> str:
     return problem.msg if isinstance(problem, json.JSONDecodeError) else str(problem)
-
-
-def _buffer(handle: Any) -> io.BufferedReader:
-    return io.BufferedReader(handle)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Any, Protocol
 
 from rankgate.errors import UsageError
 from rankgate.io.validate import RawRecord
 
-__all__ = ["FORMATS", "TraceSource", "detect_format"]
+__all__ = ["FORMATS", "GZIP_ERRORS", "TraceSource", "decompressed", "detect_format"]
+
+GZIP_MAGIC = b"\x1f\x8b"
+# What a corrupt or truncated gzip stream raises while it is being read.
+GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
 FORMATS = ("json", "parquet", "csv", "tsv")
 
@@ -62,3 +69,12 @@ def file_size(path: Path) -> int | None:
         return os.path.getsize(path)
     except OSError:
         return None
+
+
+def decompressed(raw: IO[bytes]) -> Any:
+    """``raw`` buffered (it has ``peek``), with gzip undone when its first two bytes say gzip,
+    whatever the file is called."""
+    buffered: Any = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)
+    if buffered.peek(2)[:2] == GZIP_MAGIC:
+        return io.BufferedReader(gzip.GzipFile(fileobj=buffered, mode="rb"))
+    return buffered

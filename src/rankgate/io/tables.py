@@ -8,12 +8,12 @@ text, which the validator decodes.
 from __future__ import annotations
 
 import csv
-import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from rankgate.errors import InputError, Location, UsageError
+from rankgate.io.source import GZIP_ERRORS, decompressed
 from rankgate.io.validate import RawRecord
 
 __all__ = ["ArrowSource", "CsvSource", "RecordsSource", "arrow_table"]
@@ -59,7 +59,11 @@ class ArrowSource:
 
 
 class CsvSource:
-    """Rows of a CSV or TSV file with a header line; an empty cell is a missing value."""
+    """Rows of a CSV or TSV file (plain or gzip) with a header line; an empty cell is missing.
+
+    Lines are decoded one at a time, so a bad byte is reported on its own line, and each record is
+    located at the line where its row starts (a quoted cell may span several lines).
+    """
 
     def __init__(self, path: Path, delimiter: str, total: int | None) -> None:
         self.name = str(path)
@@ -67,6 +71,7 @@ class CsvSource:
         self._path = path
         self._delimiter = delimiter
         self._raw: Any = None
+        self._line = 0
 
     def done(self) -> int:
         try:
@@ -77,29 +82,54 @@ class CsvSource:
     def __iter__(self) -> Iterator[RawRecord]:
         with self._path.open("rb") as raw:
             self._raw = raw
-            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
-            reader = csv.DictReader(text, delimiter=self._delimiter)
-            ordinal = 0
             try:
-                for row in reader:
-                    ordinal += 1
-                    location = Location(self.name, line=reader.line_num)
-                    if None in row:
-                        yield RawRecord(
-                            location,
-                            None,
-                            ordinal,
-                            problem="row has more cells than the header has columns",
-                        )
-                        continue
-                    value = {key: (cell if cell != "" else None) for key, cell in row.items()}
-                    yield RawRecord(location, value, ordinal)
-            except (csv.Error, UnicodeDecodeError) as problem:
+                reader = csv.reader(
+                    self._decoded_lines(decompressed(raw)), delimiter=self._delimiter
+                )
+                yield from self._rows(reader)
+            except csv.Error as problem:
                 raise InputError(
-                    Location(self.name, line=reader.line_num + 1),
-                    None,
-                    f"cannot read CSV ({problem})",
+                    Location(self.name, line=self._line), None, f"cannot read CSV ({problem})"
                 ) from None
+            except GZIP_ERRORS as problem:
+                raise InputError(
+                    self.name, None, f"corrupt or truncated gzip data ({problem})"
+                ) from None
+
+    def _decoded_lines(self, stream: Iterable[bytes]) -> Iterator[str]:
+        for number, line in enumerate(stream, start=1):
+            self._line = number
+            try:
+                yield line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise InputError(
+                    Location(self.name, line=number), None, "line is not valid UTF-8"
+                ) from None
+
+    def _rows(self, reader: Iterator[list[str]]) -> Iterator[RawRecord]:
+        header = next(reader, None)
+        if header is None:
+            return
+        ordinal = 0
+        while True:
+            starts_at = self._line + 1
+            row = next(reader, None)
+            if row is None:
+                return
+            if not row:
+                continue  # a blank line is not a record
+            ordinal += 1
+            location = Location(self.name, line=starts_at)
+            if len(row) > len(header):
+                problem = "row has more cells than the header has columns"
+                yield RawRecord(location, None, ordinal, problem=problem)
+                continue
+            # Writers often leave off trailing empty cells: a short row's missing cells are missing.
+            cells = row + [""] * (len(header) - len(row))
+            value = {
+                key: (cell if cell != "" else None) for key, cell in zip(header, cells, strict=True)
+            }
+            yield RawRecord(location, value, ordinal, null_means_absent=True)
 
 
 class RecordsSource:

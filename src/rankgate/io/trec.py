@@ -25,11 +25,11 @@ __all__ = ["TrecSource", "read_qrels"]
 class TrecSource:
     """Records built from a TREC run file joined with a qrels file."""
 
-    def __init__(self, run: Path, qrels: Path) -> None:
+    def __init__(self, run: str | Path, qrels: str | Path) -> None:
         self.name = str(run)
         self.total: int | None = None
-        self._run = run
-        self._qrels = qrels
+        self._run = Path(run)
+        self._qrels = Path(qrels)
         self._done = 0
 
     def done(self) -> int:
@@ -50,11 +50,13 @@ class TrecSource:
             try:
                 score = float(raw_score)
             except ValueError:
+                score = math.nan
+            if not math.isfinite(score):
                 raise InputError(
                     Location(str(self._run), line=number),
                     "score",
-                    f"expected a number, got {raw_score!r}",
-                ) from None
+                    f"expected a finite number, got {raw_score!r}",
+                )
             rankings.setdefault(qid, []).append((score, docno))
             first_line.setdefault(qid, number)
         self.total = len(rankings)

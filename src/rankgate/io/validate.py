@@ -20,6 +20,8 @@ __all__ = ["FieldMap", "RawRecord", "Trace", "validate_record"]
 
 # The key under which the design note's per-example evaluator kept its fields.
 NESTED_INPUT_KEY = "input"
+# Exponential gain 2^g - 1 overflows a double beyond g = 1023; real scales are 0-3 or 0-100.
+MAX_GRADE = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,19 +105,24 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
     def named(path: str) -> str:
         return prefix + path
 
-    retrieved_raw = _lookup(container, fields.retrieved_ids)
-    if retrieved_raw is _MISSING:
+    def lookup(path: str) -> Any:
+        # Inside `input` first; a field the example keeps beside `input` (often its ID) also counts.
+        found = _lookup(container, path)
+        return _lookup(record, path) if found is _MISSING and container is not record else found
+
+    retrieved_raw = lookup(fields.retrieved_ids)
+    if retrieved_raw is _MISSING or (retrieved_raw is None and raw.null_means_absent):
         raise InputError(raw.location, named(fields.retrieved_ids), "required field is missing")
     retrieved = _id_list(retrieved_raw, raw.location, named(fields.retrieved_ids))
 
-    relevant_raw = _lookup(container, fields.relevant_ids)
+    relevant_raw = lookup(fields.relevant_ids)
     relevant = (
         None
         if relevant_raw is _MISSING or relevant_raw is None
         else _id_list(relevant_raw, raw.location, named(fields.relevant_ids))
     )
     scores = _grades(
-        _lookup(container, fields.relevance_scores),
+        lookup(fields.relevance_scores),
         raw.location,
         named(fields.relevance_scores),
         raw.null_means_absent,
@@ -125,7 +132,7 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
         grades = dict.fromkeys(relevant or (), 1.0)
         grades.update(scores or {})
 
-    query_id = _query_id(_lookup(container, fields.query_id), raw, named(fields.query_id))
+    query_id = _query_id(lookup(fields.query_id), raw, named(fields.query_id))
     used = {path.split(".", 1)[0] for path in fields.paths()}
     attributes = {key: value for key, value in container.items() if key not in used}
     if container is not record:
@@ -187,6 +194,15 @@ def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
         value = list(value)
     if not isinstance(value, list):
         raise InputError(location, field_name, f"expected a list of IDs, got {_kind(value)}")
+    # Fast path for the usual all-text list: join checks every item is a str in C, far quicker
+    # than a Python-level check per ID on 100-document rankings.
+    try:
+        "".join(value)
+    except TypeError:
+        pass
+    else:
+        if "" not in value:
+            return list(value)
     return [_document_id(item, location, f"{field_name}[{i}]") for i, item in enumerate(value)]
 
 
@@ -196,10 +212,6 @@ def _grades(
     if value is _MISSING or value is None:
         return None
     value = _decoded_text(value, location, field_name)
-    if isinstance(value, list) and all(
-        isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value
-    ):
-        value = dict(value)  # an Arrow map column arrives as (key, value) pairs
     if not isinstance(value, dict):
         raise InputError(
             location, field_name, f"expected an object of document ID -> grade, got {_kind(value)}"
@@ -212,10 +224,25 @@ def _grades(
             continue
         if isinstance(grade, bool) or not isinstance(grade, (int, float)):
             raise InputError(location, where, f"grade must be a number >= 0, got {_kind(grade)}")
-        if not math.isfinite(grade) or grade < 0:
-            raise InputError(location, where, f"grade must be a number >= 0, got {grade!r}")
-        grades[doc] = float(grade)
+        try:
+            as_float = float(grade)
+        except OverflowError:
+            as_float = math.inf
+        if not math.isfinite(as_float) or as_float < 0:
+            raise InputError(location, where, f"grade must be a number >= 0, got {_short(grade)}")
+        if as_float > MAX_GRADE:
+            raise InputError(
+                location,
+                where,
+                f"grade must be at most {MAX_GRADE:g} (the gain 2^g - 1 overflows), got {_short(grade)}",
+            )
+        grades[doc] = as_float
     return grades
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _query_id(value: Any, raw: RawRecord, field_name: str) -> str:

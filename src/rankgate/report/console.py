@@ -45,7 +45,7 @@ def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -
     )
     coverage = "n/a" if summary.coverage is None else f"{summary.coverage:.1%}"
     lines.append(
-        f"annotation coverage {coverage} · {summary.duplicates_dropped} duplicate IDs dropped"
+        f"annotation coverage {coverage} · {summary.duplicates_dropped} duplicate IDs dropped from scored rankings"
         f" · relevant = grade >= {evaluation.settings.relevance_threshold:g}"
     )
     if summary.invalid_examples:
