@@ -66,8 +66,12 @@ class JsonSource:
         return cls("<stdin>", lambda: sys.stdin.buffer, None, owns_handle=False)
 
     def done(self) -> int:
+        if self._raw is None:
+            return 0
+        if self._raw.closed:
+            return self.total or 0  # read to the end
         try:
-            return self._raw.tell() if self._raw is not None else 0
+            return self._raw.tell()
         except (OSError, ValueError):
             return 0
 

@@ -74,8 +74,12 @@ class CsvSource:
         self._line = 0
 
     def done(self) -> int:
+        if self._raw is None:
+            return 0
+        if self._raw.closed:
+            return self.total or 0  # read to the end
         try:
-            return int(self._raw.tell()) if self._raw is not None else 0
+            return int(self._raw.tell())
         except (OSError, ValueError):
             return 0
 
