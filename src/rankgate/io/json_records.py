@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rankgate.errors import InputError, Location
-from rankgate.io.source import GZIP_ERRORS, decompressed
+from rankgate.io.source import GZIP_ERRORS, bytes_done, decompressed
 from rankgate.io.validate import RawRecord
 
 __all__ = ["JsonSource"]
@@ -66,14 +66,7 @@ class JsonSource:
         return cls("<stdin>", lambda: sys.stdin.buffer, None, owns_handle=False)
 
     def done(self) -> int:
-        if self._raw is None:
-            return 0
-        if self._raw.closed:
-            return self.total or 0  # read to the end
-        try:
-            return self._raw.tell()
-        except (OSError, ValueError):
-            return 0
+        return bytes_done(self._raw, self.total)
 
     def __iter__(self) -> Iterator[RawRecord]:
         raw = self._raw = self._open_raw()

@@ -13,7 +13,14 @@ from typing import IO, Any, Protocol
 from rankgate.errors import UsageError
 from rankgate.io.validate import RawRecord
 
-__all__ = ["FORMATS", "GZIP_ERRORS", "TraceSource", "decompressed", "detect_format"]
+__all__ = [
+    "FORMATS",
+    "GZIP_ERRORS",
+    "TraceSource",
+    "bytes_done",
+    "decompressed",
+    "detect_format",
+]
 
 GZIP_MAGIC = b"\x1f\x8b"
 # What a corrupt or truncated gzip stream raises while it is being read.
@@ -78,3 +85,15 @@ def decompressed(raw: IO[bytes]) -> Any:
     if buffered.peek(2)[:2] == GZIP_MAGIC:
         return io.BufferedReader(gzip.GzipFile(fileobj=buffered, mode="rb"))
     return buffered
+
+
+def bytes_done(raw: IO[bytes] | None, total: int | None) -> int:
+    """How far a reader has got in its (compressed) file, for the progress bar."""
+    if raw is None:
+        return 0
+    if raw.closed:
+        return total or 0  # read to the end
+    try:
+        return raw.tell()
+    except (OSError, ValueError):
+        return 0  # not seekable (a pipe): the bar shows a record count instead

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.errors import InputError, Location, UsageError
-from rankgate.io.source import GZIP_ERRORS, decompressed
+from rankgate.io.source import GZIP_ERRORS, bytes_done, decompressed
 from rankgate.io.validate import RawRecord
 
 __all__ = ["ArrowSource", "CsvSource", "RecordsSource", "arrow_table"]
@@ -74,14 +74,7 @@ class CsvSource:
         self._line = 0
 
     def done(self) -> int:
-        if self._raw is None:
-            return 0
-        if self._raw.closed:
-            return self.total or 0  # read to the end
-        try:
-            return int(self._raw.tell())
-        except (OSError, ValueError):
-            return 0
+        return bytes_done(self._raw, self.total)
 
     def __iter__(self) -> Iterator[RawRecord]:
         with self._path.open("rb") as raw:
