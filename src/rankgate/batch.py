@@ -35,7 +35,6 @@ class RankedBatch:
 
     ranked_offsets: Ints
     ranked_grades: Floats
-    ranked_judged: npt.NDArray[np.bool_]
     label_offsets: Ints
     label_grades: Floats
 
@@ -86,7 +85,6 @@ class BatchBuilder:
     def __init__(self) -> None:
         self._ranked_offsets = array("q", [0])
         self._ranked_grades = array("d")
-        self._ranked_judged = array("b")
         self._label_offsets = array("q", [0])
         self._label_grades = array("d")
 
@@ -101,7 +99,6 @@ class BatchBuilder:
         """
         distinct = list(dict.fromkeys(retrieved_ids))
         self._ranked_grades.extend(map(grades.get, distinct, repeat(0.0)))
-        self._ranked_judged.extend(map(grades.__contains__, distinct))
         self._ranked_offsets.append(len(self._ranked_grades))
         self._label_grades.extend(sorted(grades.values(), reverse=True))
         self._label_offsets.append(len(self._label_grades))
@@ -111,7 +108,6 @@ class BatchBuilder:
         return RankedBatch(
             ranked_offsets=np.frombuffer(self._ranked_offsets, dtype=np.int64).copy(),
             ranked_grades=np.frombuffer(self._ranked_grades, dtype=np.float64).copy(),
-            ranked_judged=np.frombuffer(self._ranked_judged, dtype=np.int8).astype(np.bool_),
             label_offsets=np.frombuffer(self._label_offsets, dtype=np.int64).copy(),
             label_grades=np.frombuffer(self._label_grades, dtype=np.float64).copy(),
         )

@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.errors import ConfigError, RankgateError
+from rankgate.evaluate import check_relevance_threshold
 from rankgate.gates import Gate, gates_from_table
+from rankgate.io import FieldMap
+from rankgate.spec import parse_metric_list
 
 __all__ = ["DEFAULT_CONFIG_NAME", "Config", "load_config"]
 
@@ -94,15 +97,25 @@ def _metrics(value: Any, path: Path) -> tuple[str, ...] | None:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f'{path}: metrics must be a list of strings such as ["ndcg@10"]')
+    try:
+        specs = parse_metric_list(value)
+    except RankgateError as problem:
+        raise ConfigError(f"{path}: metrics: {problem}") from None
+    if not specs:
+        raise ConfigError(f"{path}: metrics is empty; name at least one, or leave the key out")
     return tuple(value)
 
 
 def _threshold(value: Any, path: Path) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"{path}: relevance_threshold must be a number > 0, got {value!r}")
-    return float(value)
+    try:
+        return check_relevance_threshold(value)
+    except ValueError:
+        # Name the key as the file spells it.
+        raise ConfigError(
+            f"{path}: relevance_threshold must be a number > 0, got {value!r}"
+        ) from None
 
 
 def _choice(data: dict[str, Any], key: str, choices: tuple[str, ...], path: Path) -> str | None:
@@ -116,4 +129,8 @@ def _fields(table: dict[str, Any], path: Path) -> dict[str, str]:
     for name, value in table.items():
         if not isinstance(value, str):
             raise ConfigError(f"{path}: [fields] {name} must be a string path, got {value!r}")
+    try:
+        FieldMap.from_assignments(table)
+    except ConfigError as problem:
+        raise ConfigError(f"{path}: [fields] {problem}") from None
     return dict(table)

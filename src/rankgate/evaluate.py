@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from rankgate.batch import BatchBuilder
 from rankgate.errors import ConfigError, InputError, UsageError
-from rankgate.gates import Gate, GateOutcome, check_gates
+from rankgate.gates import Gate, GateOutcome, check_gates, parse_gate
 from rankgate.io import FieldMap, TraceSource, open_source, validate_record
 from rankgate.spec import MetricSpec, parse_metric, parse_metric_list
 
@@ -62,20 +62,31 @@ class Settings:
     fields: FieldMap = field(default_factory=FieldMap)
 
     def __post_init__(self) -> None:
-        if isinstance(self.relevance_threshold, bool) or not (
-            isinstance(self.relevance_threshold, (int, float))
-            and math.isfinite(self.relevance_threshold)
-            and self.relevance_threshold > 0
-        ):
-            raise ConfigError(
-                f"relevance threshold must be a number > 0, got {self.relevance_threshold!r}"
-            )
+        try:
+            check_relevance_threshold(self.relevance_threshold)
+        except ValueError as problem:
+            raise ConfigError(str(problem)) from None
         if self.empty_relevant not in ("skip", "zero"):
             raise ConfigError(
                 f"empty_relevant must be 'skip' or 'zero', got {self.empty_relevant!r}"
             )
         if self.on_invalid not in ("fail", "skip"):
             raise ConfigError(f"on_invalid must be 'fail' or 'skip', got {self.on_invalid!r}")
+
+
+def check_relevance_threshold(value: object) -> float:
+    """The relevance threshold as a float; ``ValueError`` unless it is a finite number > 0.
+
+    At 0 or below every unlabeled document (grade 0) would count as relevant.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"relevance threshold must be a number > 0, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +194,7 @@ class Evaluation:
 def evaluate(
     traces: Any,
     metrics: Iterable[str | MetricSpec] | None = None,
-    gates: Sequence[Gate] = (),
+    gates: Sequence[Gate | str] = (),
     *,
     settings: Settings | None = None,
     input_format: str | None = None,
@@ -196,7 +207,7 @@ def evaluate(
             a pandas/polars/Arrow table, or an open ``TraceSource``.
         metrics: metric strings (``"ndcg@5,10"``, ``"p@5"``) or specs; the default set when None.
             Metrics that only gates name are added after these.
-        gates: thresholds on the means (``rankgate.parse_gate``).
+        gates: thresholds on the means: ``Gate`` objects or strings such as ``"ndcg@10>=0.7"``.
         settings: relevance threshold, awkward-case policies and field mapping.
         input_format: force a reader (``json``, ``parquet``, ``csv``, ``tsv``).
         progress: called now and then with (records read, units done, units in total or None);
@@ -207,10 +218,13 @@ def evaluate(
         SpecError: a metric string is unknown or malformed.
     """
     settings = settings or Settings()
+    checked_gates = tuple(parse_gate(g) if isinstance(g, str) else g for g in gates)
     requested = _metric_specs(metrics)
-    for gate in gates:
+    for gate in checked_gates:
         if gate.metric not in requested:
             requested.append(gate.metric)
+    if not requested:
+        raise UsageError("no metric to compute: name at least one (e.g. ndcg@10)")
     source: TraceSource = open_source(traces, input_format)
     accumulator = _Accumulator(requested, settings)
     for raw in source:
@@ -220,7 +234,7 @@ def evaluate(
     accumulator.flush()
     if progress is not None:
         progress(accumulator.read, source.done(), source.total)
-    return accumulator.result(tuple(gates))
+    return accumulator.result(checked_gates)
 
 
 def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec]:
@@ -236,8 +250,6 @@ def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec
     for spec in parse_metric_list(texts):
         if spec not in specs:
             specs.append(spec)
-    if not specs:
-        raise UsageError("no metric to compute: name at least one (e.g. ndcg@10)")
     return specs
 
 

@@ -17,7 +17,15 @@ from typing import Any
 from rankgate.errors import SpecError
 from rankgate.spec import MetricSpec, parse_metric
 
-__all__ = ["Gate", "GateOutcome", "check_gates", "gates_from_table", "merge_gates", "parse_gate"]
+__all__ = [
+    "Gate",
+    "GateOutcome",
+    "check_gates",
+    "gates_from_table",
+    "make_gate",
+    "merge_gates",
+    "parse_gate",
+]
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -25,8 +33,9 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     "<": operator.lt,
 }
-_GATE = re.compile(r"^(?P<metric>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<threshold>\S+)$")
-_CONDITION = re.compile(r"^\s*(?P<op>>=|<=|>|<)?\s*(?P<threshold>\S+)\s*$")
+# A threshold cannot start with "=", so "ndcg@10>=" is a parse error, not a threshold of "=".
+_GATE = re.compile(r"^(?P<metric>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<threshold>[^=\s]\S*)$")
+_CONDITION = re.compile(r"^\s*(?P<op>>=|<=|>|<)?\s*(?P<threshold>[^=\s]\S*)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +120,18 @@ def _metric_in(text: str, context: str) -> MetricSpec:
         return parse_metric(text)
     except SpecError as problem:
         raise SpecError(f"{context}: {problem}") from None
+
+
+def make_gate(metric: MetricSpec, op: str, threshold: object, context: str | None = None) -> Gate:
+    """A checked gate: ``op`` one of >=, >, <=, <; ``threshold`` a finite number, within [0, 1] for
+    a bounded metric. ``context`` names where the gate came from in error messages."""
+    if op not in OPERATORS:
+        raise SpecError(
+            f"gate {context or metric}: operator must be one of >=, >, <=, <; got {op!r}"
+        )
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, str)):
+        raise SpecError(f"gate {context or metric}: threshold {threshold!r} is not a number")
+    return _make_gate(metric, op, str(threshold), context or str(metric))
 
 
 def _make_gate(metric: MetricSpec, op: str, raw_threshold: str, context: str) -> Gate:

@@ -1,9 +1,9 @@
 """The design note's per-example interface, for harnesses that score one example at a time.
 
 ``RetrievalMetricsEvaluator([MetricThreshold("ndcg", 10, 0.7)]).evaluate(example)`` scores a single
-example (a dict with the trace fields at the top level or under ``input``) with the same kernels as
-``rankgate.evaluate`` and returns an ``EvalResult``. It keeps the seed's shape (and its ``k=0`` meaning
-"no cutoff"), but not its definition bugs: see the metric docs.
+example (a dict with the trace fields at the top level or under ``input``) through the same pipeline
+as ``rankgate.evaluate`` and returns an ``EvalResult``. It keeps the seed's shape, but not its
+definition bugs (see docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -12,17 +12,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankgate.batch import BatchBuilder
-from rankgate.errors import ConfigError, InputError, Location, SpecError
-from rankgate.io.validate import FieldMap, RawRecord, validate_record
+from rankgate.errors import ConfigError, InputError, SpecError
+from rankgate.evaluate import Settings, evaluate
+from rankgate.gates import Gate, make_gate
+from rankgate.io.tables import RecordsSource
+from rankgate.io.validate import FieldMap
+from rankgate.report.numbers import format_against
 from rankgate.spec import MetricSpec, make_metric
 
 __all__ = ["EvalResult", "MetricThreshold", "RetrievalMetricsEvaluator"]
 
+# In the seed, NDCG, precision and recall always took a k (k <= 0 silently scored 0), while MRR and
+# MAP had none. So k = 0 or None means "no cutoff" for the metrics where the seed had none, and is
+# refused for these three rather than quietly becoming a different metric (set precision, say).
+_SEED_CUTOFF_REQUIRED = frozenset({"ndcg", "precision", "recall"})
+_EXAMPLE = "<example>"
+
 
 @dataclass(frozen=True, slots=True)
 class MetricThreshold:
-    """A metric by name (any alias), an optional cutoff (0 or None: none) and its minimum."""
+    """A metric by name (any alias), a cutoff (0 or None: none, where allowed) and its minimum."""
 
     name: str
     k: int | None
@@ -56,7 +65,7 @@ class RetrievalMetricsEvaluator:
         empty_relevant: str = "error",
         fields: FieldMap | None = None,
     ) -> None:
-        """Check every threshold now, so a typo fails when the evaluator is built.
+        """Check everything now, so a typo fails when the evaluator is built, not per example.
 
         ``empty_relevant`` decides what an example with no relevant document gets: ``"error"``
         (raise ``InputError``, the default: a per-example harness has nowhere to count a skip) or
@@ -66,50 +75,64 @@ class RetrievalMetricsEvaluator:
             raise SpecError("RetrievalMetricsEvaluator needs at least one MetricThreshold")
         if empty_relevant not in ("error", "zero"):
             raise ConfigError(f"empty_relevant must be 'error' or 'zero', got {empty_relevant!r}")
-        self._checks: list[tuple[MetricSpec, float]] = []
-        for threshold in thresholds:
-            k = threshold.k if threshold.k else None
-            spec = make_metric(threshold.name, k)
-            self._checks.append((spec, float(threshold.threshold)))
-        self._relevance_threshold = relevance_threshold
-        self._empty_relevant = empty_relevant
-        self._fields = fields or FieldMap()
+        self._settings = Settings(
+            relevance_threshold=relevance_threshold,
+            empty_relevant="zero" if empty_relevant == "zero" else "skip",
+            fields=fields or FieldMap(),
+        )
+        self._gates: list[Gate] = [
+            make_gate(_metric(threshold), ">=", threshold.threshold, context=repr(threshold))
+            for threshold in thresholds
+        ]
 
     def evaluate(self, example: Mapping[str, Any]) -> EvalResult:
-        """Score one example; raises ``InputError`` for a malformed or unlabeled example."""
-        trace = validate_record(RawRecord(Location("<example>"), dict(example), 1), self._fields)
-        if trace.grades is None:
+        """Score one example; raises ``InputError`` for a malformed or unscorable example."""
+        metrics = list(dict.fromkeys(gate.metric for gate in self._gates))
+        evaluation = evaluate(
+            RecordsSource([dict(example)], name=_EXAMPLE),
+            metrics,
+            self._gates,
+            settings=self._settings,
+        )
+        skipped = evaluation.summary.skipped
+        if skipped["unlabeled"]:
             raise InputError(
-                "<example>",
-                self._fields.relevant_ids,
+                _EXAMPLE,
+                self._settings.fields.relevant_ids,
                 "unlabeled: needs relevant_ids or relevance_scores",
             )
-        has_relevant = any(g >= self._relevance_threshold for g in trace.grades.values())
-        if not has_relevant and self._empty_relevant == "error":
+        if skipped["no_relevant"]:
             raise InputError(
-                "<example>",
-                self._fields.relevant_ids,
+                _EXAMPLE,
+                self._settings.fields.relevant_ids,
                 "no relevant document, so recall and NDCG are undefined "
                 "(empty_relevant='zero' scores such examples 0)",
             )
-        builder = BatchBuilder()
-        builder.add(trace.retrieved_ids, trace.grades)
-        batch = builder.build()
-
-        failures: list[str] = []
-        total = 0.0
-        for spec, minimum in self._checks:
-            value = (
-                float(spec.compute(batch, {"rel": self._relevance_threshold})[0])
-                if has_relevant
-                else 0.0
-            )
-            total += value
-            if value < minimum:
-                failures.append(f"{spec}={value:.3f} < {minimum:.3f}")
+        values = [evaluation.mean(gate.metric) for gate in self._gates]
+        failures = [
+            f"{outcome.gate.metric}={format_against(value, outcome.gate.threshold, 3)}"
+            f" < {outcome.gate.threshold:.3f}"
+            for outcome, value in zip(evaluation.gates, values, strict=True)
+            if not outcome.passed
+        ]
         return EvalResult(
             passed=not failures,
-            score=total / len(self._checks),
+            score=sum(values) / len(values),
             reason="; ".join(failures),
             keywords=failures,
         )
+
+
+def _metric(threshold: MetricThreshold) -> MetricSpec:
+    k = threshold.k
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise SpecError(f"{threshold!r}: k must be a whole number >= 0, or None, got {k!r}")
+    if not k:
+        spec = make_metric(threshold.name)
+        if spec.name in _SEED_CUTOFF_REQUIRED and spec.k is None:
+            raise SpecError(
+                f"{threshold!r}: {spec.name} needs a cutoff k >= 1 (k = 0 scored 0 in the seed; "
+                f"write e.g. MetricThreshold({threshold.name!r}, 10, {threshold.threshold!r}))"
+            )
+        return spec
+    return make_metric(threshold.name, k)

@@ -2,7 +2,8 @@
 
 The canonical string omits parameters left at their default and lists the others in declaration
 order, so ``parse_metric(str(spec)) == spec`` and two spellings of one metric compare equal:
-``P_5``, ``p@5`` and ``precision(rel=1)@5`` all become ``precision@5``. The parameters, cutoffs and
+``P_5`` and ``p@5`` both become ``precision@5``. A parameter whose default the run sets (``rel``,
+from the relevance threshold) is kept when written out: ``precision(rel=1)@5`` stays as written. The parameters, cutoffs and
 aliases come from the metric registry; nothing here names a particular metric.
 """
 
@@ -23,7 +24,8 @@ from rankgate.metrics.registry import Alias, MetricDef, ParamValue, all_metrics,
 __all__ = ["MetricSpec", "make_metric", "parse_metric", "parse_metric_list"]
 
 _SPEC = re.compile(r"^(?P<name>[A-Za-z][\w.\-]*?)(?:\((?P<params>[^()]*)\))?(?:@(?P<k>[^@()]*))?$")
-_TREC_CUTOFF = re.compile(r"^(?P<base>.+?)[_.](?P<k>\d+)$")
+_TREC_CUTOFF = re.compile(r"^(?P<base>.+?)[_.](?P<k>[0-9]+)$")
+_CUTOFF = re.compile(r"^[0-9]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ def make_metric(
     name: str, k: int | None = None, params: Mapping[str, ParamValue] | None = None
 ) -> MetricSpec:
     """Build a validated, canonical ``MetricSpec`` from parts (``name`` may be an alias)."""
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
+        raise SpecError(f"metric {name!r}: cutoff must be a whole number, got {k!r}")
     definition, implied_params, implied_k = _resolve_name(name, k is not None)
     merged: dict[str, str | ParamValue] = dict(implied_params)
     merged.update(params or {})
@@ -90,7 +94,7 @@ def parse_metric(text: str) -> MetricSpec:
     raw_k = match.group("k")
     k: int | None = None
     if raw_k is not None:
-        if not raw_k.isdigit():
+        if not _CUTOFF.match(raw_k):
             raise SpecError(
                 f"metric {text!r}: cutoff must be a positive whole number, got {raw_k!r}"
             )
@@ -113,7 +117,7 @@ def parse_metric_list(texts: Iterable[str]) -> list[MetricSpec]:
     for text in texts:
         previous: MetricSpec | None = None
         for token in _split_top_level(text):
-            if token.isdigit():
+            if _CUTOFF.match(token):
                 if previous is None or previous.k is None:
                     raise SpecError(
                         f"in {text!r}: cutoff {token} follows no metric with a cutoff "
@@ -169,7 +173,10 @@ def _resolve_name(name: str, has_k: bool) -> tuple[MetricDef, Mapping[str, Param
             if alias.style == "trec" and _alias_matches(alias, name):
                 return definition, alias.params, None
     names = sorted(known) + sorted(a.name for d in known.values() for a in d.aliases)
-    close = difflib.get_close_matches(name, names, n=1)
+    # A different capitalisation of a canonical name is the likeliest intent ("NDCG" -> "ndcg", not
+    # the alias "nDCG", which means linear gain).
+    same_letters = [known_name for known_name in known if known_name.lower() == name.lower()]
+    close = same_letters or difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise SpecError(f"unknown metric {name!r}{hint}; `rankgate metrics` lists them")
 
@@ -221,6 +228,6 @@ def _canonical(
     ordered = tuple(
         (p.name, chosen[p.name])
         for p in definition.params
-        if p.name in chosen and chosen[p.name] != p.default
+        if p.name in chosen and (p.run_default or chosen[p.name] != p.default)
     )
     return MetricSpec(definition.name, k, ordered)

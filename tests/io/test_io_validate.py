@@ -185,7 +185,7 @@ def test_fields_one_level_down_under_input():
         (
             {"retrieved_ids": [], "query_id": 1.5},
             "input.query_id",
-            "expected a string or integer, got number",
+            "expected a non-empty string or an integer, got number",
         ),
     ],
 )
@@ -223,7 +223,14 @@ def test_dotted_paths_reach_nested_fields():
         ["a", "b"],
         {"a": 1.0, "b": 2.0},
     )
-    assert trace.attributes == {"split": "dev"}
+    # Fields beside the mapped paths are kept, nested objects included (later segments may name
+    # metadata.retrieval.latency); only the exact top-level keys the mapping consumed are dropped.
+    assert trace.attributes == {
+        "meta": {"qid": 8},
+        "metadata": {"retrieval": {"ids": ["a", "b"], "latency": 3}},
+        "labels": {"grades": {"b": 2}},
+        "split": "dev",
+    }
 
 
 def test_dotted_paths_also_work_under_input():
@@ -273,7 +280,7 @@ NOT_A_LIST = "expected a list of IDs, got "
 NOT_AN_ID = "expected a string or integer ID, got "
 NOT_A_GRADE = "grade must be a number >= 0, got "
 NOT_GRADES = "expected an object of document ID -> grade, got "
-NOT_A_QUERY_ID = "expected a string or integer, got "
+NOT_A_QUERY_ID = "expected a non-empty string or an integer, got "
 
 
 def ids(value):
@@ -313,7 +320,7 @@ def labeled(**fields):
         (labeled(relevance_scores=3), "relevance_scores", NOT_GRADES + "integer"),
         (labeled(query_id=1.0), "query_id", NOT_A_QUERY_ID + "number"),
         (labeled(query_id=False), "query_id", NOT_A_QUERY_ID + "boolean"),
-        (labeled(query_id=""), "query_id", NOT_A_QUERY_ID + "string"),
+        (labeled(query_id=""), "query_id", NOT_A_QUERY_ID + "an empty string"),
         (labeled(query_id=["q"]), "query_id", NOT_A_QUERY_ID + "list"),
     ],
 )

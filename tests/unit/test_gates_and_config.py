@@ -112,3 +112,28 @@ def test_bad_config_names_file_and_problem(tmp_path: Path, text: str, message: s
         load_config(path)
     assert str(path) in str(caught.value)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('metrics = ["ndgc@10"]\n', "metrics: unknown metric 'ndgc'"),
+        ("metrics = []\n", "metrics is empty"),
+        ('[fields]\nretreived_ids = "x"\n', "[fields] unknown trace field 'retreived_ids'"),
+        ("relevance_threshold = -1\n", "relevance_threshold must be a number > 0"),
+    ],
+)
+def test_config_values_checked_when_loaded_name_the_file(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "rankgate.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_gate_with_nothing_after_the_operator_does_not_parse() -> None:
+    with pytest.raises(SpecError, match="cannot parse gate"):
+        parse_gate("ndcg@10>=")

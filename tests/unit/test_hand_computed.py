@@ -156,8 +156,18 @@ def test_fractional_grades_add_gain_but_stay_below_threshold() -> None:
 def test_run_wide_relevance_threshold_is_every_metrics_default() -> None:
     record = trace(["a", "b"], {"a": 1, "b": 2})
     assert score(record, "precision@2", relevance_threshold=2) == 1 / 2
-    assert score(record, "precision(rel=1)@2", relevance_threshold=2) == 1 / 2
     assert score(record, "precision@2") == 2 / 2
+
+
+def test_a_metrics_own_rel_wins_over_the_run_threshold_even_at_one() -> None:
+    record = trace(["a", "b"], {"a": 1, "b": 2})
+    evaluation = rankgate.evaluate(
+        [record],
+        ["precision(rel=1)@2", "precision(rel=2)@2"],
+        settings=Settings(relevance_threshold=2),
+    )
+    assert evaluation.mean("precision(rel=1)@2") == 2 / 2
+    assert evaluation.mean("precision(rel=2)@2") == 1 / 2
 
 
 @pytest.mark.parametrize(

@@ -125,3 +125,48 @@ def test_evaluation_tables_convert() -> None:
     assert evaluation.to_pandas()["query_type"].tolist() == ["factual", "multi_hop"]
     assert evaluation.to_polars()["mrr"].to_list() == [1.0, 0.0]
     assert evaluation.per_query() == [{"query_id": "a", "mrr": 1.0}, {"query_id": "b", "mrr": 0.0}]
+
+
+@pytest.mark.parametrize(
+    ("threshold", "message"),
+    [
+        (MetricThreshold("ndcg", 2.5, 0.5), "k must be a whole number"),  # type: ignore[arg-type]
+        (MetricThreshold("ndcg", True, 0.5), "k must be a whole number"),
+        (MetricThreshold("ndcg", -1, 0.5), "k must be a whole number"),
+        (MetricThreshold("ndcg", 10, "x"), "not a number"),  # type: ignore[arg-type]
+        (MetricThreshold("ndcg", 10, 70), "outside [0, 1]"),
+        (MetricThreshold("precision", 0, 0.5), "precision needs a cutoff k >= 1"),
+        (MetricThreshold("ndcg", None, 0.5), "ndcg needs a cutoff k >= 1"),
+        (MetricThreshold("P_5", 0, 0.5), None),  # the alias carries its own cutoff
+    ],
+)
+def test_per_example_thresholds_are_checked_when_built(
+    threshold: MetricThreshold, message: str | None
+) -> None:
+    if message is None:
+        RetrievalMetricsEvaluator([threshold])
+        return
+    with pytest.raises(SpecError) as caught:
+        RetrievalMetricsEvaluator([threshold])
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [0, -1, "1", float("nan")])
+def test_per_example_relevance_threshold_is_checked(value: object) -> None:
+    with pytest.raises(rankgate.ConfigError, match="relevance threshold must be a number > 0"):
+        RetrievalMetricsEvaluator([MetricThreshold("mrr", 0, 0.5)], relevance_threshold=value)  # type: ignore[arg-type]
+
+
+def test_k_zero_means_no_cutoff_for_mrr_and_map() -> None:
+    evaluator = RetrievalMetricsEvaluator(
+        [MetricThreshold("mrr", 0, 0.0), MetricThreshold("map", None, 0.0)]
+    )
+    example = {"retrieved_ids": [f"x{i}" for i in range(30)] + ["a"], "relevant_ids": ["a"]}
+    assert evaluator.evaluate(example).score == pytest.approx(1 / 31)
+
+
+def test_reason_never_prints_a_miss_as_equal_to_its_threshold() -> None:
+    evaluator = RetrievalMetricsEvaluator([MetricThreshold("precision", 3, 0.667)])
+    result = evaluator.evaluate({"retrieved_ids": ["a", "b", "x"], "relevant_ids": ["a", "b"]})
+    # 2/3 = 0.66666... rounds to 0.667 at three places, yet misses 0.667: show enough digits.
+    assert result.reason == "precision@3=0.6667 < 0.667"

@@ -13,6 +13,7 @@ from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings, evaluate
 from rankgate.gates import merge_gates, parse_gate
 from rankgate.io import FORMATS, FieldMap, TrecSource
+from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.json_report import eval_report, render_json
 
@@ -101,6 +102,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_combination(args)
     config = _config(args)
     settings = Settings(
         relevance_threshold=_first(args.relevance_threshold, config.relevance_threshold, 1.0),
@@ -143,6 +145,23 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if evaluation.passed else EXIT_FAILED
 
 
+def _check_combination(args: argparse.Namespace) -> None:
+    """Options that cannot mean anything together are an error, not silently ignored."""
+    if args.config is not None and args.no_config:
+        raise UsageError("--config and --no-config contradict each other")
+    if args.per_query and args.report_format != "json":
+        raise UsageError("--per-query applies to --format json")
+    if args.input_format is not None and (args.run is not None or args.qrels is not None):
+        raise UsageError("--input-format does not apply to --run/--qrels (TREC files)")
+    seen: dict[tuple[str, str], str] = {}
+    for text in args.gate:
+        gate = parse_gate(text)
+        key = (str(gate.metric), gate.op)
+        if key in seen:
+            raise UsageError(f"--gate {text!r} repeats --gate {seen[key]!r}; keep one of them")
+        seen[key] = text
+
+
 def _config(args: argparse.Namespace) -> Config:
     if args.config is not None:
         return load_config(args.config)
@@ -159,8 +178,7 @@ def _traces(args: argparse.Namespace) -> tuple[Any, list[str]]:
         if args.traces is not None:
             raise UsageError("give either a trace file or --run/--qrels, not both")
         for path in (args.run, args.qrels):
-            if not path.is_file():
-                raise UsageError(f"{path}: no such file")
+            require_file(path)
         return TrecSource(args.run, args.qrels), [str(args.run), str(args.qrels)]
     if args.traces is None:
         raise UsageError("name a trace file (or - for stdin, or --run FILE --qrels FILE)")

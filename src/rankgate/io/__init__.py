@@ -7,7 +7,7 @@ returns a ``TraceSource`` yielding located ``RawRecord``s, which ``validate_reco
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +48,8 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
     if isinstance(data, (str, Path)):
         path = Path(data)
         require_file(path)
-        with path.open("rb") as probe:
-            head = probe.read(8)
-        chosen = input_format or detect_format(path, head)
-        size = file_size(path)
+        chosen = input_format or detect_format(path)
+        size = file_size(path) if path.is_file() else None
         if chosen == "parquet":
             return ArrowSource.parquet(path)
         if chosen in ("csv", "tsv"):
@@ -62,9 +60,9 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
     table = arrow_table(data)
     if table is not None:
         return ArrowSource.table(f"<{type(data).__name__}>", table)
-    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+    if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
         return RecordsSource(data)
     raise UsageError(
-        f"cannot read traces from a {type(data).__name__}: give a path, a list of dicts, "
-        "or a pandas, polars or Arrow table"
+        f"cannot read traces from a {type(data).__name__}: give a path, a list (or any iterable) "
+        "of dicts, or a pandas, polars or Arrow table"
     )

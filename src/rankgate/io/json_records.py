@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from rankgate.errors import InputError, Location
-from rankgate.io.source import GZIP_ERRORS, bytes_done, decompressed
+from rankgate.errors import InputError, Location, UsageError
+from rankgate.io.source import GZIP_ERRORS, bytes_done, data_suffix, decompressed
 from rankgate.io.validate import RawRecord
 
 __all__ = ["JsonSource"]
@@ -57,12 +57,13 @@ class JsonSource:
 
     @classmethod
     def from_path(cls, path: Path, total: int | None) -> JsonSource:
-        suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
-        lines_only = bool(suffixes) and suffixes[-1] in LINES_SUFFIXES
+        lines_only = data_suffix(path) in LINES_SUFFIXES
         return cls(str(path), lambda: path.open("rb"), total, lines_only=lines_only)
 
     @classmethod
     def from_stdin(cls) -> JsonSource:
+        if sys.stdin is None:
+            raise UsageError("standard input is closed; name a trace file instead of -")
         return cls("<stdin>", lambda: sys.stdin.buffer, None, owns_handle=False)
 
     def done(self) -> int:

@@ -54,19 +54,32 @@ class TraceSource(Protocol):
     def done(self) -> int: ...
 
 
-def detect_format(path: Path, head: bytes) -> str:
-    """Format from the file name (ignoring ``.gz``), else from the first bytes."""
+def data_suffix(path: Path) -> str:
+    """The suffix that names the data format, lower-cased, looking past ``.gz``: ``.jsonl``."""
     suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
-    if suffixes and suffixes[-1] in _SUFFIXES:
-        return _SUFFIXES[suffixes[-1]]
-    if head.startswith(b"PAR1"):
-        return "parquet"
+    return suffixes[-1] if suffixes else ""
+
+
+def detect_format(path: Path) -> str:
+    """Format from the file name (ignoring ``.gz``), else from the first bytes of a regular file.
+
+    A pipe or FIFO (``<(cmd)``, ``/dev/stdin``) is never probed, since what a probe reads is gone:
+    without a telling name it is read as JSON, whose reader handles gzip and both shapes itself.
+    """
+    suffix = data_suffix(path)
+    if suffix in _SUFFIXES:
+        return _SUFFIXES[suffix]
+    if path.is_file():
+        with path.open("rb") as probe:
+            if probe.read(4) == b"PAR1":
+                return "parquet"
     return "json"
 
 
 def require_file(path: Path) -> None:
+    """A usage error unless ``path`` names something readable that is not a folder."""
     if path.is_dir():
-        raise UsageError(f"{path}: is a folder; name a trace file")
+        raise UsageError(f"{path}: is a folder; name a file")
     if not path.exists():
         raise UsageError(f"{path}: no such file")
 

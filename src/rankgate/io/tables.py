@@ -8,7 +8,8 @@ text, which the validator decodes.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from rankgate.io.validate import RawRecord
 __all__ = ["ArrowSource", "CsvSource", "RecordsSource", "arrow_table"]
 
 BATCH_ROWS = 8192
+CSV_CELL_LIMIT = 1 << 30
 
 
 class ArrowSource:
@@ -50,12 +52,44 @@ class ArrowSource:
         return self._rows_done
 
     def __iter__(self) -> Iterator[RawRecord]:
+        import pyarrow as pa
+
         row = 0
-        for batch in self._batches:
-            for value in batch.to_pylist(maps_as_pydicts="strict"):
+        batches = iter(self._batches)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as problem:  # corrupt pages surface while reading
+                raise InputError(
+                    self.name, None, f"cannot read Parquet data after row {row} ({problem})"
+                ) from None
+            if batch is None:
+                return
+            for value, row_problem in _rows(batch):
                 row += 1
-                yield RawRecord(Location(self.name, row=row), value, row, null_means_absent=True)
+                yield RawRecord(
+                    Location(self.name, row=row), value, row, problem=row_problem, from_table=True
+                )
             self._rows_done = row
+
+
+def _rows(batch: Any) -> Iterator[tuple[Any, str | None]]:
+    """A batch's rows as dicts; a row whose map column repeats a key becomes a located problem."""
+    try:
+        yield from ((value, None) for value in batch.to_pylist(maps_as_pydicts="strict"))
+        return
+    except KeyError:
+        pass  # some row repeats a map key: find which, row by row
+    for index in range(batch.num_rows):
+        try:
+            (value,) = batch.slice(index, 1).to_pylist(maps_as_pydicts="strict")
+        except KeyError as problem:
+            # pyarrow names the key inside a sentence: "... (duplicate key was 'a')."
+            said = str(problem.args[0]) if problem.args else ""
+            key = re.search(r"duplicate key was (.*)\)", said)
+            yield None, f"a map column repeats the key {key.group(1) if key else said}"
+        else:
+            yield value, None
 
 
 class CsvSource:
@@ -110,7 +144,13 @@ class CsvSource:
         ordinal = 0
         while True:
             starts_at = self._line + 1
-            row = next(reader, None)
+            # A ranking of thousands of IDs makes a cell longer than the csv module's default limit
+            # (128 KiB). Raise it only while this reader parses, and put it back: it is process-wide.
+            previous_limit = csv.field_size_limit(CSV_CELL_LIMIT)
+            try:
+                row = next(reader, None)
+            finally:
+                csv.field_size_limit(previous_limit)
             if row is None:
                 return
             if not row:
@@ -126,15 +166,15 @@ class CsvSource:
             value = {
                 key: (cell if cell != "" else None) for key, cell in zip(header, cells, strict=True)
             }
-            yield RawRecord(location, value, ordinal, null_means_absent=True)
+            yield RawRecord(location, value, ordinal, from_table=True)
 
 
 class RecordsSource:
-    """An in-memory sequence of dicts (the Python API's ``evaluate([...])``)."""
+    """Dicts from memory: a list, or any iterable such as a generator (``evaluate([...])``)."""
 
-    def __init__(self, records: Sequence[Any], name: str = "<records>") -> None:
+    def __init__(self, records: Iterable[Any], name: str = "<records>") -> None:
         self.name = name
-        self.total: int | None = len(records)
+        self.total: int | None = len(records) if isinstance(records, Sized) else None
         self._records = records
         self._done = 0
 

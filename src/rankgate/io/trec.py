@@ -2,8 +2,9 @@
 
 A run line is ``qid Q0 docno rank score [tag]``; trec_eval ignores the rank column and orders each
 query's documents by score, highest first, breaking ties by docno in *descending* order, so the same
-is done here to give the same numbers. A qrels line is ``qid iteration docno relevance``; a negative
-relevance (some TREC tracks use -1 or -2 for "judged, not relevant") becomes grade 0.
+is done here to give the same numbers. A qrels line is ``qid iteration docno relevance``. As in
+trec_eval, which reads relevance with ``atol``, a fractional relevance is truncated (``1.5`` is 1);
+a negative one (some TREC tracks use -1 or -2 for "judged, not relevant") becomes grade 0.
 
 One record is produced per query of the run, in order of first appearance; its location is the run
 line where that query first appears. A query without qrels is unlabeled. As in trec_eval, queries
@@ -93,7 +94,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, float]]:
                 "relevance",
                 f"expected a number, got {raw_grade!r}",
             )
-        labels.setdefault(qid, {})[docno] = max(grade, 0.0)
+        labels.setdefault(qid, {})[docno] = float(max(math.trunc(grade), 0))
     return labels
 
 

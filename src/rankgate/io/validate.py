@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rankgate.errors import ConfigError, InputError, Location
 
 __all__ = ["FieldMap", "RawRecord", "Trace", "validate_record"]
@@ -29,15 +31,17 @@ class RawRecord:
     """One record as a reader decoded it.
 
     ``problem`` is set (and ``value`` is None) when the reader could not decode the record at all,
-    so that ``--on-invalid skip`` can count it like any other invalid record. ``null_means_absent``
-    is set by table readers, where a missing map entry or struct field arrives as null.
+    so that ``--on-invalid skip`` can count it like any other invalid record. ``from_table`` is set
+    by table readers (CSV, Parquet, DataFrames), whose cells differ from JSON values in two ways: a
+    null is a missing value (an empty cell, an absent struct field), and a list or map may arrive as
+    JSON text in a string cell.
     """
 
     location: Location
     value: Any
     ordinal: int
     problem: str | None = None
-    null_means_absent: bool = False
+    from_table: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,27 +109,32 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
     def named(path: str) -> str:
         return prefix + path
 
-    def lookup(path: str) -> Any:
+    def lookup(path: str, *, may_be_json_text: bool = False) -> Any:
         # Inside `input` first; a field the example keeps beside `input` (often its ID) also counts.
         found = _lookup(container, path)
-        return _lookup(record, path) if found is _MISSING and container is not record else found
+        if found is _MISSING and container is not record:
+            found = _lookup(record, path)
+        found = _plain(found)
+        if may_be_json_text and raw.from_table:
+            found = _decoded_text(found, raw.location, named(path))
+        return found
 
-    retrieved_raw = lookup(fields.retrieved_ids)
-    if retrieved_raw is _MISSING or (retrieved_raw is None and raw.null_means_absent):
+    retrieved_raw = lookup(fields.retrieved_ids, may_be_json_text=True)
+    if retrieved_raw is _MISSING or (retrieved_raw is None and raw.from_table):
         raise InputError(raw.location, named(fields.retrieved_ids), "required field is missing")
     retrieved = _id_list(retrieved_raw, raw.location, named(fields.retrieved_ids))
 
-    relevant_raw = lookup(fields.relevant_ids)
+    relevant_raw = lookup(fields.relevant_ids, may_be_json_text=True)
     relevant = (
         None
         if relevant_raw is _MISSING or relevant_raw is None
         else _id_list(relevant_raw, raw.location, named(fields.relevant_ids))
     )
     scores = _grades(
-        lookup(fields.relevance_scores),
+        lookup(fields.relevance_scores, may_be_json_text=True),
         raw.location,
         named(fields.relevance_scores),
-        raw.null_means_absent,
+        raw.from_table,
     )
     grades: dict[str, float] | None = None
     if relevant is not None or scores is not None:
@@ -133,7 +142,8 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
         grades.update(scores or {})
 
     query_id = _query_id(lookup(fields.query_id), raw, named(fields.query_id))
-    used = {path.split(".", 1)[0] for path in fields.paths()}
+    # Only keys consumed whole: with retrieved_ids at metadata.ids, metadata's other fields stay.
+    used = {path for path in fields.paths() if path in container}
     attributes = {key: value for key, value in container.items() if key not in used}
     if container is not record:
         attributes.update((key, value) for key, value in record.items() if key != NESTED_INPUT_KEY)
@@ -164,6 +174,15 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def _plain(value: Any) -> Any:
+    """Python values for numpy ones, which DataFrame rows carry (arrays for lists, np.int64 IDs)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
 def _decoded_text(value: Any, location: Location, field_name: str) -> Any:
     """CSV cells and text columns carry lists and maps as JSON text; decode them here."""
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
@@ -179,6 +198,7 @@ def _decoded_text(value: Any, location: Location, field_name: str) -> Any:
 def _document_id(value: Any, location: Location, field_name: str) -> str:
     # Integer IDs are common in logs; 17 and "17" name the same document. Floats, booleans and
     # nested values are refused: their string forms ("1.0", "True") are almost never meant.
+    value = _plain(value)
     if isinstance(value, str):
         if not value:
             raise InputError(location, field_name, "document ID is an empty string")
@@ -189,7 +209,6 @@ def _document_id(value: Any, location: Location, field_name: str) -> str:
 
 
 def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
-    value = _decoded_text(value, location, field_name)
     if isinstance(value, tuple):
         value = list(value)
     if not isinstance(value, list):
@@ -207,20 +226,20 @@ def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
 
 
 def _grades(
-    value: Any, location: Location, field_name: str, null_means_absent: bool
+    value: Any, location: Location, field_name: str, from_table: bool
 ) -> dict[str, float] | None:
     if value is _MISSING or value is None:
         return None
-    value = _decoded_text(value, location, field_name)
     if not isinstance(value, dict):
         raise InputError(
             location, field_name, f"expected an object of document ID -> grade, got {_kind(value)}"
         )
     grades: dict[str, float] = {}
-    for key, grade in value.items():
+    for key, raw_grade in value.items():
         doc = _document_id(key, location, field_name)
+        grade = _plain(raw_grade)
         where = f"{field_name}.{doc}"
-        if grade is None and null_means_absent:
+        if grade is None and from_table:
             continue
         if isinstance(grade, bool) or not isinstance(grade, (int, float)):
             raise InputError(location, where, f"grade must be a number >= 0, got {_kind(grade)}")
@@ -253,4 +272,7 @@ def _query_id(value: Any, raw: RawRecord, field_name: str) -> str:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise InputError(raw.location, field_name, f"expected a string or integer, got {_kind(value)}")
+    got = "an empty string" if value == "" else _kind(value)
+    raise InputError(
+        raw.location, field_name, f"expected a non-empty string or an integer, got {got}"
+    )

@@ -28,6 +28,7 @@ REL = Param(
     description="minimum grade for a document to count as relevant",
     minimum=0.0,
     exclusive_min=True,
+    run_default=True,
 )
 GAIN = Param(
     "gain",

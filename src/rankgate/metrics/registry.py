@@ -41,6 +41,7 @@ class Param:
 
     ``kind`` is ``"number"`` (int or float, stored as int when integral so that ``rel=2`` prints as
     written) or ``"choice"`` (one of ``choices``). ``minimum`` is exclusive when ``exclusive_min``.
+    Canonical specs leave out a parameter at its default, unless ``run_default``.
     """
 
     name: str
@@ -50,6 +51,10 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     exclusive_min: bool = False
+    # The run sets this parameter's default (e.g. --relevance-threshold for ``rel``). A value written
+    # explicitly is then kept even when it equals ``default``: ``precision(rel=1)@5`` must stay at 1
+    # when the run's threshold is 2.
+    run_default: bool = False
 
     def coerce(self, raw: str | ParamValue) -> ParamValue:
         """Turn a raw value (text from a spec string, or a Python value) into a checked value.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
+from rankgate.report.numbers import format_against, format_threshold
 
 __all__ = ["Style", "render_table", "render_verdict"]
 
@@ -60,8 +61,11 @@ def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -
     rows = [("metric", "mean", "gate", "margin", "result")]
     for spec, mean in evaluation.means.items():
         name = str(spec)
-        shown_mean = "n/a" if mean != mean else f"{mean:.4f}"
         outcomes: list[GateOutcome | None] = list(gates_by_metric.get(name, [])) or [None]
+        first_gate = outcomes[0]
+        # Enough digits that a mean which misses its threshold never prints equal to it.
+        against = first_gate.gate.threshold if first_gate is not None else mean
+        shown_mean = "n/a" if mean != mean else format_against(mean, against, 4)
         for index, outcome in enumerate(outcomes):
             label = name if index == 0 else ""
             value = shown_mean if index == 0 else ""
@@ -73,8 +77,8 @@ def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -
                 (
                     label,
                     value,
-                    f"{outcome.gate.op} {outcome.gate.threshold:g}",
-                    "n/a" if margin is None else f"{margin:+.4f}",
+                    f"{outcome.gate.op} {format_threshold(outcome.gate.threshold)}",
+                    "n/a" if margin is None else _signed(margin),
                     "pass" if outcome.passed else "FAIL",
                 )
             )
@@ -114,9 +118,15 @@ def render_verdict(evaluation: Evaluation, style: Style) -> str:
 
 def _miss(outcome: GateOutcome) -> str:
     gate = outcome.gate
+    threshold = format_threshold(gate.threshold)
     if outcome.value is None or outcome.margin is None:
-        return f"{gate.metric} has no value (no query scored), needs {gate.op} {gate.threshold:g}"
+        return f"{gate.metric} has no value (no query scored), needs {gate.op} {threshold}"
+    value = format_against(outcome.value, gate.threshold, 4)
     return (
-        f"{gate.metric} = {outcome.value:.4f}, needs {gate.op} {gate.threshold:g}"
-        f" (margin {outcome.margin:+.4f})"
+        f"{gate.metric} = {value}, needs {gate.op} {threshold} (margin {_signed(outcome.margin)})"
     )
+
+
+def _signed(margin: float) -> str:
+    """A margin with its sign, never a misleading "-0.0000" for a tiny miss."""
+    return ("-" if margin < 0 else "+") + format_against(abs(margin), 0.0, 4)

@@ -38,7 +38,13 @@ SEED_DIFFERENCES = (
         "scored 0 (or silently skipped when unlabeled)",
         "skipped under the named reason no_relevant, or 0 with --empty-relevant zero",
     ),
-    ("k <= 0", "NDCG and Precision return 0", "k is a whole number >= 1; omit @k for no cutoff"),
+    (
+        "k <= 0",
+        "NDCG and Precision return 0",
+        "`@k` takes a whole number >= 1; leave it out for no cutoff. In the per-example interface "
+        "k = 0 or None means no cutoff for MRR and MAP, as in the seed, and is refused for NDCG, "
+        "precision and recall",
+    ),
 )
 
 
