@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -26,9 +25,19 @@ import numpy.typing as npt
 
 from rankgate.batch import BatchBuilder
 from rankgate.errors import ConfigError, InputError, UsageError
-from rankgate.gates import Gate, GateOutcome, check_gates, parse_gate
+from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, TraceSource, open_source, validate_record
+from rankgate.segments import (
+    Group,
+    GroupCounts,
+    SegmentKey,
+    segment_value,
+    split_by_segment,
+    summarise,
+)
 from rankgate.spec import MetricSpec, parse_metric, parse_metric_list
+from rankgate.stale import LabelFilter
+from rankgate.stats import DEFAULT_RESAMPLES
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -60,6 +69,10 @@ class Settings:
     empty_relevant: EmptyRelevant = "skip"
     on_invalid: OnInvalid = "fail"
     fields: FieldMap = field(default_factory=FieldMap)
+    segment_by: tuple[str, ...] = ()
+    label_filter: LabelFilter = field(default_factory=LabelFilter)
+    seed: int = 0
+    resamples: int = DEFAULT_RESAMPLES
 
     def __post_init__(self) -> None:
         try:
@@ -72,6 +85,12 @@ class Settings:
             )
         if self.on_invalid not in ("fail", "skip"):
             raise ConfigError(f"on_invalid must be 'fail' or 'skip', got {self.on_invalid!r}")
+        if (
+            isinstance(self.resamples, bool)
+            or not isinstance(self.resamples, int)
+            or self.resamples < 0
+        ):
+            raise ConfigError(f"resamples must be a whole number >= 0, got {self.resamples!r}")
 
 
 def check_relevance_threshold(value: object) -> float:
@@ -112,6 +131,9 @@ class Summary:
     labeled: int
     duplicates_dropped: int
     invalid_examples: tuple[InvalidRecord, ...] = ()
+    labels_removed_stale: int = 0
+    labels_removed_expired: int = 0
+    lost_all_relevant: int = 0
 
     @property
     def coverage(self) -> float | None:
@@ -121,7 +143,8 @@ class Summary:
 
 @dataclass(frozen=True, eq=False)
 class Evaluation:
-    """Per-query metric values, their means, what was skipped and why, and the gate verdicts."""
+    """Per-query metric values, their means and intervals overall and per segment, what was skipped
+    and why, and the verdicts of the gates."""
 
     metrics: tuple[MetricSpec, ...]
     query_ids: tuple[str, ...]
@@ -130,20 +153,35 @@ class Evaluation:
     summary: Summary
     gates: tuple[GateOutcome, ...]
     settings: Settings
+    overall: Group
+    segments: tuple[Group, ...] = ()
+    coverage_checks: tuple[CoverageOutcome, ...] = ()
+    policy: GatePolicy = field(default_factory=GatePolicy)
 
-    @cached_property
+    @property
     def means(self) -> dict[MetricSpec, float]:
         """Mean of each metric over the scored queries (NaN when none was scored)."""
-        n = len(self.query_ids)
-        return {
-            spec: math.fsum(self.values[spec].tolist()) / n if n else math.nan
-            for spec in self.metrics
-        }
+        return self.overall.means
+
+    @property
+    def intervals(self) -> dict[MetricSpec, tuple[float, float]]:
+        """95% bootstrap interval of each mean (NaN bounds when none was computed)."""
+        return self.overall.intervals
 
     @property
     def passed(self) -> bool:
-        """True when every gate passed (and trivially when there are none)."""
-        return all(outcome.passed for outcome in self.gates)
+        """True when no gate and no coverage minimum failed (trivially when there are none).
+
+        A segment with too few queries fails only under ``strict_segments``."""
+        return all(o.passed for o in self.gates) and all(c.passed for c in self.coverage_checks)
+
+    def segment(self, field_name: str, value: str) -> Group:
+        """The group of one segment; ``KeyError`` when no record had that value."""
+        key = SegmentKey(field_name, value)
+        for group in self.segments:
+            if group.key == key:
+                return group
+        raise KeyError(f"no segment {key}")
 
     def mean(self, metric: str | MetricSpec) -> float:
         """The mean of one metric, named by string (any alias) or spec."""
@@ -197,6 +235,7 @@ def evaluate(
     gates: Sequence[Gate | str] = (),
     *,
     settings: Settings | None = None,
+    policy: GatePolicy | None = None,
     input_format: str | None = None,
     progress: ProgressCallback | None = None,
 ) -> Evaluation:
@@ -208,7 +247,10 @@ def evaluate(
         metrics: metric strings (``"ndcg@5,10"``, ``"p@5"``) or specs; the default set when None.
             Metrics that only gates name are added after these.
         gates: thresholds on the means: ``Gate`` objects or strings such as ``"ndcg@10>=0.7"``.
-        settings: relevance threshold, awkward-case policies and field mapping.
+        settings: relevance threshold, awkward-case policies, field mapping, segment fields, label
+            filtering and the bootstrap's seed.
+        policy: how gates decide (mean or interval bound, min_queries, coverage minimums,
+            per-segment overrides); a field a segment rule names is segmented too.
         input_format: force a reader (``json``, ``parquet``, ``csv``, ``tsv``).
         progress: called now and then with (records read, units done, units in total or None);
             the unit is the source's own (bytes of a file, rows of a table).
@@ -225,8 +267,12 @@ def evaluate(
             requested.append(gate.metric)
     if not requested:
         raise UsageError("no metric to compute: name at least one (e.g. ndcg@10)")
+    policy = policy or GatePolicy()
+    segment_fields = tuple(
+        dict.fromkeys([*settings.segment_by, *(rule.key.field for rule in policy.rules)])
+    )
     source: TraceSource = open_source(traces, input_format)
-    accumulator = _Accumulator(requested, settings)
+    accumulator = _Accumulator(requested, settings, segment_fields)
     for raw in source:
         accumulator.take(raw)
         if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
@@ -234,7 +280,7 @@ def evaluate(
     accumulator.flush()
     if progress is not None:
         progress(accumulator.read, source.done(), source.total)
-    return accumulator.result(checked_gates)
+    return accumulator.result(checked_gates, policy)
 
 
 def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec]:
@@ -260,13 +306,17 @@ def _attribute_names(rows: Iterable[dict[str, Any]]) -> list[str]:
 class _Accumulator:
     """Running state of one evaluation: counts, the open batch, and finished per-query values."""
 
-    def __init__(self, metrics: list[MetricSpec], settings: Settings) -> None:
+    def __init__(
+        self, metrics: list[MetricSpec], settings: Settings, segment_fields: tuple[str, ...]
+    ) -> None:
         self.metrics = metrics
         self.settings = settings
+        self.segment_fields = segment_fields
         self.read = 0
-        self.labeled = 0
         self.duplicates = 0
-        self.skipped = dict.fromkeys(SKIP_REASONS, 0)
+        self.overall = GroupCounts()
+        self.segment_counts: dict[SegmentKey, GroupCounts] = {}
+        self.segment_columns: dict[str, list[str]] = {name: [] for name in segment_fields}
         self.invalid_examples: list[InvalidRecord] = []
         self.query_ids: list[str] = []
         self.attributes: list[dict[str, Any]] = []
@@ -282,30 +332,60 @@ class _Accumulator:
         except InputError as problem:
             if self.settings.on_invalid == "fail":
                 raise
-            self.skipped["invalid"] += 1
+            # An invalid record has no trustworthy fields, so it belongs to no segment.
+            self.overall.read += 1
+            self.overall.skip("invalid")
             if len(self.invalid_examples) < INVALID_EXAMPLES_KEPT:
                 self.invalid_examples.append(
                     InvalidRecord(str(problem.location), problem.field, problem.problem)
                 )
             return
+        segments = [
+            SegmentKey(name, segment_value(trace.attributes, name)) for name in self.segment_fields
+        ]
+        groups = [self.overall, *(self._counts(key) for key in segments)]
+        for group in groups:
+            group.read += 1
         if trace.grades is None:
-            self.skipped["unlabeled"] += 1
+            for group in groups:
+                group.skip("unlabeled")
             return
-        self.labeled += 1
+        for group in groups:
+            group.labeled += 1
         threshold = self.settings.relevance_threshold
-        has_relevant = any(grade >= threshold for grade in trace.grades.values())
+        grades = trace.grades
+        if self.settings.label_filter.active:
+            had_relevant = any(grade >= threshold for grade in grades.values())
+            grades, stale, expired = self.settings.label_filter.apply(
+                grades, trace.attributes, trace.location
+            )
+            lost = had_relevant and not any(grade >= threshold for grade in grades.values())
+            for group in groups:
+                group.labels_removed_stale += stale
+                group.labels_removed_expired += expired
+                group.lost_all_relevant += lost
+        has_relevant = any(grade >= threshold for grade in grades.values())
         if not has_relevant and self.settings.empty_relevant == "skip":
-            self.skipped["no_relevant"] += 1
+            for group in groups:
+                group.skip("no_relevant")
             return
-        self.duplicates += self.builder.add(trace.retrieved_ids, trace.grades)
+        self.duplicates += self.builder.add(trace.retrieved_ids, grades)
         self.query_ids.append(trace.query_id)
-        # Scalar fields are kept for per-query tables and segments; nested values are not.
+        for key in segments:
+            self.segment_columns[key.field].append(key.value)
+        # Scalar fields are kept for per-query tables; nested values are not.
         self.attributes.append(
             {key: value for key, value in trace.attributes.items() if isinstance(value, _SCALARS)}
         )
         self.forced_zero.append(not has_relevant)
         if len(self.builder) >= BATCH_QUERIES:
             self.flush()
+
+    def _counts(self, key: SegmentKey) -> GroupCounts:
+        counts = self.segment_counts.get(key)
+        if counts is None:
+            counts = self.segment_counts[key] = GroupCounts()
+        return counts
 
     def flush(self) -> None:
         if not len(self.builder):
@@ -322,26 +402,45 @@ class _Accumulator:
         self.batch_start = len(self.query_ids)
         self.builder = BatchBuilder()
 
-    def result(self, gates: tuple[Gate, ...]) -> Evaluation:
+    def result(self, gates: tuple[Gate, ...], policy: GatePolicy) -> Evaluation:
         values = {
             spec: np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
             for spec, parts in self.values.items()
         }
+        seed, resamples = self.settings.seed, self.settings.resamples
+        overall = summarise(None, self.overall, values, seed, resamples)
+        segments = []
+        for name in self.segment_fields:
+            parts = split_by_segment(self.segment_columns[name], values)
+            for key in sorted(k for k in self.segment_counts if k.field == name):
+                empty = {spec: np.zeros(0, dtype=np.float64) for spec in values}
+                segments.append(
+                    summarise(
+                        key, self.segment_counts[key], parts.get(key.value, empty), seed, resamples
+                    )
+                )
+        outcomes, coverage = decide(gates, policy, overall, segments)
         summary = Summary(
             read=self.read,
             scored=len(self.query_ids),
-            skipped=dict(self.skipped),
-            labeled=self.labeled,
+            skipped={reason: self.overall.skipped.get(reason, 0) for reason in SKIP_REASONS},
+            labeled=self.overall.labeled,
             duplicates_dropped=self.duplicates,
             invalid_examples=tuple(self.invalid_examples),
+            labels_removed_stale=self.overall.labels_removed_stale,
+            labels_removed_expired=self.overall.labels_removed_expired,
+            lost_all_relevant=self.overall.lost_all_relevant,
         )
-        ungated = Evaluation(
+        return Evaluation(
             metrics=tuple(self.metrics),
             query_ids=tuple(self.query_ids),
             values=values,
             attributes=tuple(self.attributes),
             summary=summary,
-            gates=(),
+            gates=outcomes,
             settings=self.settings,
+            overall=overall,
+            segments=tuple(segments),
+            coverage_checks=coverage,
+            policy=policy,
         )
-        return replace(ungated, gates=check_gates(gates, ungated.means))

@@ -14,13 +14,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rankgate.errors import SpecError
+from rankgate.errors import ConfigError, SpecError
+from rankgate.segments import Group, SegmentKey
 from rankgate.spec import MetricSpec, parse_metric
 
 __all__ = [
+    "CoverageOutcome",
     "Gate",
     "GateOutcome",
+    "GatePolicy",
+    "SegmentRule",
     "check_gates",
+    "decide",
     "gates_from_table",
     "make_gate",
     "merge_gates",
@@ -50,17 +55,94 @@ class Gate:
         return f"{self.metric}{self.op}{self.threshold:g}"
 
 
+GATE_ON = ("mean", "lower_bound", "upper_bound")
+STATUSES = ("pass", "fail", "insufficient")
+DEFAULT_MIN_QUERIES = 30
+
+
 @dataclass(frozen=True, slots=True)
 class GateOutcome:
-    """How a gate fared: ``value`` is None when no query was scored (the gate then fails)."""
+    """How a gate fared on one group of queries (``segment`` None: all of them).
+
+    ``value`` is the statistic compared with the threshold: the mean, or a bound of its 95% interval
+    (``statistic``). It is None when no query was scored (the gate then fails). ``status`` is
+    ``insufficient`` when a segment has fewer scored queries than its ``min_queries``: that is
+    neither a pass nor a fail, unless segments are strict.
+    """
 
     gate: Gate
     value: float | None
     passed: bool
+    segment: SegmentKey | None = None
+    status: str = "pass"
+    statistic: str = "mean"
+    mean: float | None = None
+    interval: tuple[float, float] | None = None
+    scored: int = 0
 
     @property
     def margin(self) -> float | None:
         return None if self.value is None else self.value - self.gate.threshold
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageOutcome:
+    """An annotation-coverage minimum checked on one group. A miss here means the evaluation sees
+    too little labeled traffic to be trusted, not that retrieval got worse."""
+
+    segment: SegmentKey | None
+    coverage: float | None
+    minimum: float
+    passed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRule:
+    """Overrides for one segment: gates replacing the defaults on the same metric and operator
+    (or adding to them), and its own ``min_queries``, ``min_coverage`` and ``gate_on``."""
+
+    key: SegmentKey
+    gates: tuple[Gate, ...] = ()
+    min_queries: int | None = None
+    min_coverage: float | None = None
+    gate_on: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatePolicy:
+    """How gates decide: on the mean or an interval bound, how many queries a segment needs,
+    whether too few is a failure, minimum coverage, and per-segment overrides."""
+
+    gate_on: str = "mean"
+    min_queries: int = DEFAULT_MIN_QUERIES
+    strict_segments: bool = False
+    min_coverage: float | None = None
+    rules: tuple[SegmentRule, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_policy_values(self.gate_on, self.min_queries, self.min_coverage, "policy")
+        for rule in self.rules:
+            _check_policy_values(rule.gate_on, rule.min_queries, rule.min_coverage, str(rule.key))
+
+    def rule(self, key: SegmentKey) -> SegmentRule | None:
+        return next((rule for rule in self.rules if rule.key == key), None)
+
+
+def _check_policy_values(
+    gate_on: str | None, min_queries: int | None, min_coverage: float | None, where: str
+) -> None:
+    if gate_on is not None and gate_on not in GATE_ON:
+        raise ConfigError(f"{where}: gate_on must be one of {', '.join(GATE_ON)}, got {gate_on!r}")
+    if min_queries is not None and (
+        isinstance(min_queries, bool) or not isinstance(min_queries, int) or min_queries < 1
+    ):
+        raise ConfigError(f"{where}: min_queries must be a whole number >= 1, got {min_queries!r}")
+    if min_coverage is not None and (
+        isinstance(min_coverage, bool)
+        or not isinstance(min_coverage, (int, float))
+        or not 0.0 <= min_coverage <= 1.0
+    ):
+        raise ConfigError(f"{where}: min_coverage must be a number in [0, 1], got {min_coverage!r}")
 
 
 def parse_gate(text: str) -> Gate:
@@ -101,18 +183,72 @@ def merge_gates(base: Iterable[Gate], overrides: Iterable[Gate]) -> list[Gate]:
     return list(merged.values())
 
 
+def decide(
+    gates: Sequence[Gate], policy: GatePolicy, overall: Group, segments: Sequence[Group]
+) -> tuple[tuple[GateOutcome, ...], tuple[CoverageOutcome, ...]]:
+    """Every gate on the overall group and on each segment, and every coverage minimum.
+
+    The default gates apply to every segment; a segment's rule replaces them metric by metric and
+    may add its own. Outcomes come back in report order: overall first, then segments in order.
+    """
+    outcomes = [_outcome(gate, overall, policy.gate_on, None) for gate in gates]
+    coverage = []
+    if policy.min_coverage is not None:
+        coverage.append(_coverage(overall, policy.min_coverage))
+    for group in segments:
+        assert group.key is not None  # segments always have a key; the overall group has none
+        rule = policy.rule(group.key)
+        own_gates = merge_gates(gates, rule.gates if rule else ())
+        min_queries = rule.min_queries if rule and rule.min_queries else policy.min_queries
+        gate_on = rule.gate_on if rule and rule.gate_on else policy.gate_on
+        enough = group.scored >= min_queries
+        for gate in own_gates:
+            outcomes.append(
+                _outcome(gate, group, gate_on, None if enough else policy.strict_segments)
+            )
+        minimum = (
+            rule.min_coverage if rule and rule.min_coverage is not None else policy.min_coverage
+        )
+        if minimum is not None:
+            coverage.append(_coverage(group, minimum))
+    return tuple(outcomes), tuple(coverage)
+
+
 def check_gates(
     gates: Sequence[Gate], means: Mapping[MetricSpec, float]
 ) -> tuple[GateOutcome, ...]:
-    """Verdict for each gate; a gate whose metric has no mean (nothing scored) fails."""
-    outcomes = []
-    for gate in gates:
-        value = means.get(gate.metric, math.nan)
-        if math.isnan(value):
-            outcomes.append(GateOutcome(gate, None, False))
-        else:
-            outcomes.append(GateOutcome(gate, value, OPERATORS[gate.op](value, gate.threshold)))
-    return tuple(outcomes)
+    """Each gate on a plain table of means: no segments, no intervals, the default policy."""
+    overall = Group(None, 0, 0, 0, {}, dict(means), {})
+    return decide(gates, GatePolicy(), overall, ())[0]
+
+
+def _outcome(gate: Gate, group: Group, gate_on: str, insufficient: bool | None) -> GateOutcome:
+    """``insufficient`` is None when the group has enough queries, else whether that is a failure."""
+    mean = group.means.get(gate.metric, math.nan)
+    low, high = group.intervals.get(gate.metric, (math.nan, math.nan))
+    value = {"mean": mean, "lower_bound": low, "upper_bound": high}[gate_on]
+    if gate_on != "mean" and math.isnan(value):
+        value = mean  # no interval was computed (resamples=0): fall back to the mean
+    common = {
+        "segment": group.key,
+        "statistic": gate_on,
+        "mean": None if math.isnan(mean) else mean,
+        "interval": None if math.isnan(low) else (low, high),
+        "scored": group.scored,
+    }
+    if math.isnan(value):
+        return GateOutcome(gate, None, False, status="fail", **common)  # type: ignore[arg-type]
+    if insufficient is not None:
+        return GateOutcome(gate, value, not insufficient, status="insufficient", **common)  # type: ignore[arg-type]
+    passed = OPERATORS[gate.op](value, gate.threshold)
+    return GateOutcome(gate, value, passed, status="pass" if passed else "fail", **common)  # type: ignore[arg-type]
+
+
+def _coverage(group: Group, minimum: float) -> CoverageOutcome:
+    coverage = group.coverage
+    return CoverageOutcome(
+        group.key, coverage, minimum, coverage is not None and coverage >= minimum
+    )
 
 
 def _metric_in(text: str, context: str) -> MetricSpec:

@@ -150,6 +150,12 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
     return Trace(raw.location, query_id, retrieved, grades, attributes)
 
 
+def lookup_path(container: Mapping[str, Any], path: str) -> Any:
+    """The value at a key or dotted path, or None when there is none."""
+    value = _lookup(container, path)
+    return None if value is _MISSING else value
+
+
 def _lookup(container: Mapping[str, Any], path: str) -> Any:
     """The value at a key or dotted path; ``_MISSING`` when absent, None when explicitly null."""
     if path in container:

@@ -1,0 +1,121 @@
+"""Stale labels: judgments for documents that left the corpus, or that are too old to trust.
+
+When the corpus changes, a label for a deleted document makes recall look low for a reason that has
+nothing to do with retrieval. With ``--corpus FILE`` such labels are removed before scoring; with
+``--label-max-age 180d`` labels older than that (by the record's ``labeled_at``) are removed too. A
+query that loses every relevant label this way moves to the ``no_relevant`` reason, and the report
+counts both the removed labels and those queries.
+
+``labeled_at`` is an ISO 8601 timestamp for all of a record's labels, or an object of document ID ->
+timestamp for labels made at different times.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from rankgate.errors import ConfigError, InputError, Location, UsageError
+
+__all__ = ["LabelFilter", "parse_age", "read_corpus"]
+
+_AGE = re.compile(r"^(?P<amount>[0-9]+)(?P<unit>[smhdw])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+CORPUS_ID_COLUMN = "id"
+
+
+def parse_age(text: str) -> timedelta:
+    """``"180d"``, ``"12h"``, ``"2w"`` as a duration."""
+    match = _AGE.match(text.strip())
+    if not match:
+        raise ConfigError(f"label age {text!r}: expected a number and a unit, e.g. 180d, 12h, 2w")
+    return timedelta(**{_UNITS[match.group("unit")]: int(match.group("amount"))})
+
+
+def read_corpus(path: Path) -> frozenset[str]:
+    """Document IDs in the corpus: one per line of text, or the ``id`` column of Parquet or CSV."""
+    if not path.is_file():
+        raise UsageError(f"{path}: no such corpus file")
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+        if CORPUS_ID_COLUMN not in schema.names:
+            raise InputError(
+                str(path),
+                None,
+                f"no '{CORPUS_ID_COLUMN}' column (columns: {', '.join(schema.names)})",
+            )
+        column = pq.read_table(path, columns=[CORPUS_ID_COLUMN]).column(CORPUS_ID_COLUMN)
+        return frozenset(str(value) for value in column.to_pylist() if value is not None)
+    with path.open(encoding="utf-8", newline="") as handle:
+        if suffix in (".csv", ".tsv"):
+            reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
+            if CORPUS_ID_COLUMN not in (reader.fieldnames or []):
+                raise InputError(
+                    str(path),
+                    None,
+                    f"no '{CORPUS_ID_COLUMN}' column (columns: {', '.join(reader.fieldnames or [])})",
+                )
+            return frozenset(row[CORPUS_ID_COLUMN] for row in reader if row[CORPUS_ID_COLUMN])
+        return frozenset(line.strip() for line in handle if line.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class LabelFilter:
+    """Which labels to drop before scoring. Either part may be unset."""
+
+    corpus: frozenset[str] | None = None
+    max_age: timedelta | None = None
+    as_of: datetime | None = None
+    labeled_at_field: str = "labeled_at"
+
+    @property
+    def active(self) -> bool:
+        return self.corpus is not None or self.max_age is not None
+
+    def apply(
+        self, grades: dict[str, float], attributes: Mapping[str, Any], location: Location
+    ) -> tuple[dict[str, float], int, int]:
+        """The grades to keep, and how many were removed as not in the corpus and as too old."""
+        kept = grades
+        stale = expired = 0
+        if self.corpus is not None:
+            kept = {doc: grade for doc, grade in kept.items() if doc in self.corpus}
+            stale = len(grades) - len(kept)
+        if self.max_age is not None:
+            stamps = attributes.get(self.labeled_at_field)
+            if stamps is not None:
+                cutoff = (self.as_of or datetime.now(UTC)) - self.max_age
+                before = len(kept)
+                kept = {
+                    doc: grade
+                    for doc, grade in kept.items()
+                    if not _older(stamps, doc, cutoff, location, self.labeled_at_field)
+                }
+                expired = before - len(kept)
+        return kept, stale, expired
+
+
+def _older(stamps: Any, doc: str, cutoff: datetime, location: Location, field: str) -> bool:
+    stamp = stamps.get(doc) if isinstance(stamps, dict) else stamps
+    if stamp is None:
+        return False  # no date for this label: nothing says it is old
+    where = f"{field}.{doc}" if isinstance(stamps, dict) else field
+    if not isinstance(stamp, str):
+        raise InputError(location, where, f"expected an ISO 8601 timestamp, got {stamp!r}")
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            location, where, f"expected an ISO 8601 timestamp, got {stamp!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # logs without a zone are taken as UTC
+    return moment < cutoff
