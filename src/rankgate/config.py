@@ -27,14 +27,34 @@ from typing import Any
 
 from rankgate.errors import ConfigError, RankgateError
 from rankgate.evaluate import check_relevance_threshold
-from rankgate.gates import Gate, gates_from_table
+from rankgate.gates import Gate, GatePolicy, SegmentRule, gates_from_table
 from rankgate.io import FieldMap
+from rankgate.segments import SegmentKey
 from rankgate.spec import parse_metric_list
+from rankgate.stale import parse_age
 
 __all__ = ["DEFAULT_CONFIG_NAME", "Config", "load_config"]
 
 DEFAULT_CONFIG_NAME = "rankgate.toml"
-_KNOWN_KEYS = {"metrics", "relevance_threshold", "empty_relevant", "on_invalid", "fields", "gates"}
+_KNOWN_KEYS = {
+    "metrics",
+    "relevance_threshold",
+    "empty_relevant",
+    "on_invalid",
+    "fields",
+    "gates",
+    "segment_by",
+    "min_queries",
+    "min_coverage",
+    "gate_on",
+    "strict_segments",
+    "corpus",
+    "label_max_age",
+    "seed",
+    "resamples",
+    "segments",
+}
+_SEGMENT_KEYS = {"gates", "min_queries", "min_coverage", "gate_on"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +68,16 @@ class Config:
     on_invalid: str | None = None
     fields: dict[str, str] = field(default_factory=dict)
     gates: tuple[Gate, ...] = ()
+    segment_by: tuple[str, ...] | None = None
+    min_queries: int | None = None
+    min_coverage: float | None = None
+    gate_on: str | None = None
+    strict_segments: bool | None = None
+    corpus: Path | None = None
+    label_max_age: str | None = None
+    seed: int | None = None
+    resamples: int | None = None
+    rules: tuple[SegmentRule, ...] = ()
 
 
 def load_config(path: Path) -> Config:
@@ -72,6 +102,18 @@ def load_config(path: Path) -> Config:
         gates = tuple(gates_from_table(_table(data, "gates", path), f"{path} [gates]"))
     except RankgateError as problem:
         raise ConfigError(str(problem)) from None
+    rules = _segment_rules(_table(data, "segments", path), path)
+    policy_values = {key: data.get(key) for key in ("gate_on", "min_queries", "min_coverage")}
+    try:
+        GatePolicy(
+            **{key: value for key, value in policy_values.items() if value is not None},
+            rules=rules,
+        )
+        if data.get("label_max_age") is not None:
+            parse_age(str(data["label_max_age"]))
+    except ConfigError as problem:
+        raise ConfigError(f"{path}: {problem}") from None
+    corpus = data.get("corpus")
     return Config(
         path=path,
         metrics=_metrics(data.get("metrics"), path),
@@ -80,7 +122,69 @@ def load_config(path: Path) -> Config:
         on_invalid=_choice(data, "on_invalid", ("fail", "skip"), path),
         fields=_fields(_table(data, "fields", path), path),
         gates=gates,
+        segment_by=_strings(data.get("segment_by"), "segment_by", path),
+        min_queries=policy_values["min_queries"],
+        min_coverage=policy_values["min_coverage"],
+        gate_on=policy_values["gate_on"],
+        strict_segments=_typed(data, "strict_segments", bool, path),
+        # A corpus path in the file is relative to the file, like any path a config names.
+        corpus=None if corpus is None else path.parent / _typed(data, "corpus", str, path),
+        label_max_age=_typed(data, "label_max_age", str, path),
+        seed=_typed(data, "seed", int, path),
+        resamples=_typed(data, "resamples", int, path),
+        rules=rules,
     )
+
+
+def _segment_rules(table: dict[str, Any], path: Path) -> tuple[SegmentRule, ...]:
+    """``[segments.<field>.<value>]`` tables: gates and settings for one segment."""
+    rules = []
+    for field_name, values in table.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: [segments.{field_name}] must be a table of segment values")
+        for value, settings in values.items():
+            where = f"[segments.{field_name}.{value}]"
+            if not isinstance(settings, dict):
+                raise ConfigError(f"{path}: {where} must be a table")
+            unknown = sorted(set(settings) - _SEGMENT_KEYS)
+            if unknown:
+                raise ConfigError(
+                    f"{path}: {where}: unknown key {unknown[0]!r} "
+                    f"(known: {', '.join(sorted(_SEGMENT_KEYS))})"
+                )
+            try:
+                gates = tuple(gates_from_table(_table(settings, "gates", path), f"{path} {where}"))
+            except RankgateError as problem:
+                raise ConfigError(str(problem)) from None
+            rules.append(
+                SegmentRule(
+                    key=SegmentKey(field_name, str(value)),
+                    gates=gates,
+                    min_queries=settings.get("min_queries"),
+                    min_coverage=settings.get("min_coverage"),
+                    gate_on=settings.get("gate_on"),
+                )
+            )
+    return tuple(rules)
+
+
+def _strings(value: Any, key: str, path: Path) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(f"{path}: {key} must be a list of field names")
+    return tuple(value)
+
+
+def _typed(data: dict[str, Any], key: str, kind: type, path: Path) -> Any:
+    value = data.get(key)
+    if value is not None and (
+        not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+    ):
+        raise ConfigError(f"{path}: {key} must be a {kind.__name__}, got {value!r}")
+    return value
 
 
 def _table(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:

@@ -61,12 +61,33 @@ def test_documented_top_level_keys(cli, hand) -> None:
     assert "per_query" not in report
     assert set(report["summary"]["skipped"]) == {"unlabeled", "no_relevant", "invalid"}
     [gate] = report["gates"]
-    assert set(gate) == {"metric", "op", "threshold", "value", "margin", "passed"}
+    assert set(gate) == {
+        "metric",
+        "op",
+        "threshold",
+        "value",
+        "margin",
+        "passed",
+        "segment",
+        "statistic",
+        "mean",
+        "interval",
+        "scored",
+        "status",
+    }
+    assert (gate["segment"], gate["statistic"], gate["status"]) == (None, "mean", "pass")
     assert report["passed"] is True
     assert report["settings"] == {
         "relevance_threshold": 1.0,
         "empty_relevant": "skip",
         "on_invalid": "fail",
+        "segment_by": [],
+        "gate_on": "mean",
+        "min_queries": 30,
+        "strict_segments": False,
+        "min_coverage": None,
+        "seed": 0,
+        "resamples": 1000,
     }
     assert report["sources"] == [str(hand.path)]
 
@@ -201,8 +222,14 @@ def test_nothing_read(cli, write_jsonl, validator) -> None:
             "metric": "ndcg@10",
             "op": ">=",
             "threshold": 0.5,
+            "segment": None,
+            "statistic": "mean",
             "value": None,
             "margin": None,
+            "mean": None,
+            "interval": None,
+            "scored": 0,
+            "status": "fail",
             "passed": False,
         }
     ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,13 @@ from rankgate.cli.terminal import EXIT_FAILED, EXIT_OK, ProgressBar, style_for, 
 from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
 from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings, evaluate
-from rankgate.gates import merge_gates, parse_gate
+from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, GatePolicy, merge_gates, parse_gate
 from rankgate.io import FORMATS, FieldMap, TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.json_report import eval_report, render_json
+from rankgate.stale import LabelFilter, parse_age, read_corpus
+from rankgate.stats import DEFAULT_RESAMPLES
 
 
 def add_parser(commands: Any) -> None:
@@ -98,6 +101,65 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
+    segments = parser.add_argument_group("segments, intervals and coverage")
+    segments.add_argument(
+        "--segment-by",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="report every metric per value of this field (a key or dotted "
+        "path; repeatable); default gates apply to every segment",
+    )
+    segments.add_argument(
+        "--min-queries",
+        type=int,
+        metavar="N",
+        help=f"a segment with fewer scored queries is 'insufficient data' "
+        f"(default {DEFAULT_MIN_QUERIES})",
+    )
+    segments.add_argument(
+        "--strict-segments",
+        action="store_true",
+        default=None,
+        help="fail the run when a segment has insufficient data",
+    )
+    segments.add_argument(
+        "--gate-on",
+        choices=GATE_ON,
+        help="compare thresholds with the mean (default) or a bound of its 95%% "
+        "interval (lower_bound: pass only when the bound clears it)",
+    )
+    segments.add_argument(
+        "--min-coverage",
+        type=float,
+        metavar="SHARE",
+        help="fail when the labeled share of records (overall or in a segment) is below this",
+    )
+    segments.add_argument("--seed", type=int, help="seed for the bootstrap intervals (default 0)")
+    segments.add_argument(
+        "--resamples",
+        type=int,
+        metavar="B",
+        help=f"bootstrap resamples per interval (default {DEFAULT_RESAMPLES}; 0 computes none)",
+    )
+    stale = parser.add_argument_group("stale labels")
+    stale.add_argument(
+        "--corpus",
+        type=Path,
+        metavar="FILE",
+        help="document IDs still in the corpus (text, one a line; or Parquet/CSV "
+        "with an 'id' column): labels for other documents are removed",
+    )
+    stale.add_argument(
+        "--label-max-age",
+        metavar="AGE",
+        help="remove labels older than this (e.g. 180d) by the record's labeled_at",
+    )
+    stale.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="the moment label ages are measured from (ISO 8601; default now)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -109,6 +171,17 @@ def run(args: argparse.Namespace) -> int:
         empty_relevant=_first(args.empty_relevant, config.empty_relevant, "skip"),
         on_invalid=_first(args.on_invalid, config.on_invalid, "fail"),
         fields=FieldMap.from_assignments({**config.fields, **_assignments(args.field)}),
+        segment_by=tuple(dict.fromkeys([*(config.segment_by or ()), *args.segment_by])),
+        label_filter=_label_filter(args, config),
+        seed=_first(args.seed, config.seed, 0),
+        resamples=_first(args.resamples, config.resamples, DEFAULT_RESAMPLES),
+    )
+    policy = GatePolicy(
+        gate_on=_first(args.gate_on, config.gate_on, "mean"),
+        min_queries=_first(args.min_queries, config.min_queries, DEFAULT_MIN_QUERIES),
+        strict_segments=_first(args.strict_segments, config.strict_segments, False),
+        min_coverage=_first(args.min_coverage, config.min_coverage, _UNSET),
+        rules=config.rules,
     )
     gates = merge_gates(config.gates, [parse_gate(text) for text in args.gate])
     metrics = args.metric or list(config.metrics or DEFAULT_METRICS)
@@ -122,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
             metrics,
             gates,
             settings=settings,
+            policy=policy,
             input_format=args.input_format,
             progress=bar.update,
         )
@@ -196,4 +270,27 @@ def _assignments(pairs: list[str]) -> dict[str, str]:
 
 
 def _first(*values: Any) -> Any:
-    return next(value for value in values if value is not None)
+    chosen = next(value for value in values if value is not None)
+    return None if chosen is _UNSET else chosen
+
+
+# A default of "not set" for _first, where None itself is the value meant.
+_UNSET = object()
+
+
+def _label_filter(args: argparse.Namespace, config: Config) -> LabelFilter:
+    corpus_path = args.corpus if args.corpus is not None else config.corpus
+    max_age = args.label_max_age if args.label_max_age is not None else config.label_max_age
+    as_of = None
+    if args.as_of is not None:
+        try:
+            as_of = datetime.fromisoformat(args.as_of.replace("Z", "+00:00"))
+        except ValueError:
+            raise UsageError(f"--as-of {args.as_of!r}: expected an ISO 8601 time") from None
+        if as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=UTC)
+    return LabelFilter(
+        corpus=None if corpus_path is None else read_corpus(corpus_path),
+        max_age=None if max_age is None else parse_age(max_age),
+        as_of=as_of,
+    )

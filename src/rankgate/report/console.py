@@ -35,95 +35,194 @@ class Style:
 
 
 def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -> str:
-    """The full terminal report."""
-    summary = evaluation.summary
-    skipped = summary.skipped
-    skipped_total = sum(skipped.values())
+    """The full terminal report: counts, overall metrics with gates, segments, failures, verdict."""
     lines = [style.bold("rankgate eval") + "  " + ", ".join(sources), ""]
-    reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.items())
-    lines.append(
-        f"{summary.read} records read: {summary.scored} scored, {skipped_total} skipped ({reasons})"
-    )
-    coverage = "n/a" if summary.coverage is None else f"{summary.coverage:.1%}"
-    lines.append(
-        f"annotation coverage {coverage} · {summary.duplicates_dropped} duplicate IDs dropped from scored rankings"
-        f" · relevant = grade >= {evaluation.settings.relevance_threshold:g}"
-    )
-    if summary.invalid_examples:
-        shown = len(summary.invalid_examples)
-        lines.append(f"skipped as invalid (first {shown} of {skipped['invalid']}):")
-        lines.extend(f"  {example}" for example in summary.invalid_examples)
+    lines += _counts(evaluation)
     lines.append("")
-
-    gates_by_metric: dict[str, list[GateOutcome]] = {}
-    for gated in evaluation.gates:
-        gates_by_metric.setdefault(str(gated.gate.metric), []).append(gated)
-    rows = [("metric", "mean", "gate", "margin", "result")]
-    for spec, mean in evaluation.means.items():
-        name = str(spec)
-        outcomes: list[GateOutcome | None] = list(gates_by_metric.get(name, [])) or [None]
-        first_gate = outcomes[0]
-        # Enough digits that a mean which misses its threshold never prints equal to it.
-        against = first_gate.gate.threshold if first_gate is not None else mean
-        shown_mean = "n/a" if mean != mean else format_against(mean, against, 4)
-        for index, outcome in enumerate(outcomes):
-            label = name if index == 0 else ""
-            value = shown_mean if index == 0 else ""
-            if outcome is None:
-                rows.append((label, value, "", "", ""))
-                continue
-            margin = outcome.margin
-            rows.append(
-                (
-                    label,
-                    value,
-                    f"{outcome.gate.op} {format_threshold(outcome.gate.threshold)}",
-                    "n/a" if margin is None else _signed(margin),
-                    "pass" if outcome.passed else "FAIL",
-                )
-            )
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for number, row in enumerate(rows):
-        cells = [
-            row[0].ljust(widths[0]),
-            row[1].rjust(widths[1]),
-            row[2].ljust(widths[2]),
-            row[3].rjust(widths[3]),
-            row[4],
+    lines += _overall_table(evaluation, style)
+    for field_name in dict.fromkeys(group.key.field for group in evaluation.segments if group.key):
+        lines.append("")
+        lines += _segment_table(evaluation, field_name, style)
+    if evaluation.segments:
+        lines.append(style.dim("  ! misses a gate   * fewer scored queries than min_queries"))
+    failures = _failures(evaluation)
+    if failures:
+        lines += ["", style.bad("what failed, worst first:")]
+        lines += [f"  {line}" for line in failures]
+    insufficient = [o for o in evaluation.gates if o.status == "insufficient"]
+    if insufficient:
+        segments = sorted({str(o.segment) for o in insufficient})
+        verdict = (
+            "failures (strict)" if evaluation.policy.strict_segments else "neither pass nor fail"
+        )
+        lines += [
+            "",
+            f"insufficient data ({verdict}): {', '.join(segments)} "
+            f"(fewer than their min_queries scored queries)",
         ]
-        text = "  " + "  ".join(cells).rstrip()
-        if number == 0:
-            text = style.dim(text)
-        elif row[4] == "FAIL":
-            text = style.bad(text)
-        lines.append(text)
     lines.append("")
     lines.append(render_verdict(evaluation, style))
     return "\n".join(lines) + "\n"
 
 
+def _counts(evaluation: Evaluation) -> list[str]:
+    summary = evaluation.summary
+    skipped = summary.skipped
+    reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.items())
+    coverage = "n/a" if summary.coverage is None else f"{summary.coverage:.1%}"
+    lines = [
+        f"{summary.read} records read: {summary.scored} scored, {sum(skipped.values())} skipped "
+        f"({reasons})",
+        f"annotation coverage {coverage} · {summary.duplicates_dropped} duplicate IDs dropped "
+        f"from scored rankings · relevant = grade >= {evaluation.settings.relevance_threshold:g}",
+    ]
+    if evaluation.settings.label_filter.active:
+        lines.append(
+            f"stale labels removed: {summary.labels_removed_stale} not in the corpus, "
+            f"{summary.labels_removed_expired} too old; {summary.lost_all_relevant} queries lost "
+            "every relevant label (counted under no_relevant)"
+        )
+    if summary.invalid_examples:
+        lines.append(
+            f"skipped as invalid (first {len(summary.invalid_examples)} of {skipped['invalid']}):"
+        )
+        lines.extend(f"  {example}" for example in summary.invalid_examples)
+    return lines
+
+
+def _overall_table(evaluation: Evaluation, style: Style) -> list[str]:
+    overall_gates: dict[str, list[GateOutcome]] = {}
+    for gated in evaluation.gates:
+        if gated.segment is None:
+            overall_gates.setdefault(str(gated.gate.metric), []).append(gated)
+    rows: list[tuple[str, ...]] = [("metric", "mean", "95% interval", "gate", "margin", "result")]
+    for spec, mean in evaluation.means.items():
+        name = str(spec)
+        outcomes: list[GateOutcome | None] = list(overall_gates.get(name, [])) or [None]
+        first_gate = outcomes[0]
+        # Enough digits that a mean which misses its threshold never prints equal to it.
+        against = first_gate.gate.threshold if first_gate is not None else mean
+        shown_mean = "n/a" if mean != mean else format_against(mean, against, 4)
+        for index, outcome in enumerate(outcomes):
+            first = index == 0
+            row = (
+                name if first else "",
+                shown_mean if first else "",
+                _interval(evaluation.intervals.get(spec)) if first else "",
+            )
+            if outcome is None:
+                rows.append((*row, "", "", ""))
+            else:
+                rows.append((*row, *_gate_cells(outcome)))
+    return _grid(rows, style, right=(1, 2, 4))
+
+
+def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> list[str]:
+    groups = [g for g in evaluation.segments if g.key is not None and g.key.field == field_name]
+    failed = {(str(o.segment), str(o.gate.metric)) for o in evaluation.gates if o.status == "fail"}
+    metrics = list(evaluation.metrics)
+    rows: list[tuple[str, ...]] = [(f"by {field_name}", "queries", "coverage", *map(str, metrics))]
+    for group in groups:
+        cells = []
+        for spec in metrics:
+            mean = group.means.get(spec, float("nan"))
+            text = "n/a" if mean != mean else f"{mean:.4f}"
+            cells.append(text + ("!" if (str(group.key), str(spec)) in failed else ""))
+        coverage = "n/a" if group.coverage is None else f"{group.coverage:.0%}"
+        scored = f"{group.scored}" + ("*" if _insufficient(evaluation, group.key) else "")
+        rows.append((group.key.value if group.key else "", scored, coverage, *cells))
+    return _grid(rows, style, right=tuple(range(1, len(rows[0]))))
+
+
+def _insufficient(evaluation: Evaluation, key: object) -> bool:
+    return any(o.segment == key and o.status == "insufficient" for o in evaluation.gates)
+
+
+def _failures(evaluation: Evaluation) -> list[str]:
+    """Every missed gate and coverage minimum, the largest miss first."""
+    misses = [o for o in evaluation.gates if not o.passed and o.status == "fail"]
+    misses.sort(key=lambda o: o.margin if o.margin is not None else float("-inf"))
+    lines = [_miss(outcome) for outcome in misses]
+    lines += [
+        f"{'overall' if c.segment is None else c.segment}: annotation coverage "
+        f"{'n/a' if c.coverage is None else f'{c.coverage:.1%}'} is below the minimum "
+        f"{c.minimum:.0%}: too few labeled queries to trust this evaluation (a coverage problem, "
+        "not a quality one)"
+        for c in evaluation.coverage_checks
+        if not c.passed
+    ]
+    insufficient_strict = [
+        o for o in evaluation.gates if o.status == "insufficient" and not o.passed
+    ]
+    lines += [
+        f"{o.segment}: {o.gate.metric} has only {o.scored} scored queries (strict segments)"
+        for o in insufficient_strict
+    ]
+    return lines
+
+
+def _gate_cells(outcome: GateOutcome) -> tuple[str, str, str]:
+    statistic = "" if outcome.statistic == "mean" else f" ({outcome.statistic.split('_')[0]})"
+    margin = outcome.margin
+    result = {"pass": "pass", "fail": "FAIL", "insufficient": "n/a"}[outcome.status]
+    return (
+        f"{outcome.gate.op} {format_threshold(outcome.gate.threshold)}{statistic}",
+        "n/a" if margin is None else _signed(margin),
+        result,
+    )
+
+
+def _interval(bounds: tuple[float, float] | None) -> str:
+    if bounds is None or bounds[0] != bounds[0]:
+        return ""
+    return f"[{bounds[0]:.4f}, {bounds[1]:.4f}]"
+
+
+def _grid(rows: list[tuple[str, ...]], style: Style, right: tuple[int, ...]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        text = "  " + "  ".join(cells).rstrip()
+        if number == 0:
+            text = style.dim(text)
+        elif "FAIL" in row or any(cell.endswith("!") for cell in row):
+            text = style.bad(text)
+        lines.append(text)
+    return lines
+
+
 def render_verdict(evaluation: Evaluation, style: Style) -> str:
     """One line a CI log can be grepped for: PASS or FAIL, and what missed by how much."""
     scored = evaluation.summary.scored
-    if not evaluation.gates:
+    checks = len(evaluation.gates) + len(evaluation.coverage_checks)
+    if not checks:
         note = "" if scored else " (no query could be scored)"
         return f"no gates set · {scored} queries scored{note}"
-    failed = [outcome for outcome in evaluation.gates if not outcome.passed]
-    total = len(evaluation.gates)
-    if not failed:
-        return style.good(f"PASS · {total} of {total} gates passed · {scored} queries scored")
-    misses = "; ".join(_miss(outcome) for outcome in failed)
-    return style.bad(f"FAIL · {len(failed)} of {total} gates failed: {misses}")
+    failed = [o for o in evaluation.gates if not o.passed]
+    failed_coverage = [c for c in evaluation.coverage_checks if not c.passed]
+    if not failed and not failed_coverage:
+        return style.good(f"PASS · {checks} of {checks} checks passed · {scored} queries scored")
+    worst = _failures(evaluation)[0]
+    count = len(failed) + len(failed_coverage)
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return style.bad(f"FAIL · {count} of {checks} checks failed: {worst}{more}")
 
 
 def _miss(outcome: GateOutcome) -> str:
     gate = outcome.gate
+    where = "" if outcome.segment is None else f"{outcome.segment}: "
     threshold = format_threshold(gate.threshold)
     if outcome.value is None or outcome.margin is None:
-        return f"{gate.metric} has no value (no query scored), needs {gate.op} {threshold}"
+        return f"{where}{gate.metric} has no value (no query scored), needs {gate.op} {threshold}"
     value = format_against(outcome.value, gate.threshold, 4)
+    statistic = "" if outcome.statistic == "mean" else f" ({outcome.statistic.replace('_', ' ')})"
     return (
-        f"{gate.metric} = {value}, needs {gate.op} {threshold} (margin {_signed(outcome.margin)})"
+        f"{where}{gate.metric} = {value}{statistic}, needs {gate.op} {threshold} "
+        f"(margin {_signed(outcome.margin)}, {outcome.scored} queries)"
     )
 
 

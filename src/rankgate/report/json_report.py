@@ -14,6 +14,8 @@ from typing import Any
 
 from rankgate import __version__
 from rankgate.evaluate import Evaluation
+from rankgate.gates import GateOutcome
+from rankgate.segments import Group, SegmentKey
 
 __all__ = ["SCHEMA_VERSION", "eval_report", "eval_schema", "render_json"]
 
@@ -25,14 +27,23 @@ def eval_report(
 ) -> dict[str, Any]:
     """The report as plain data, ready for ``json.dumps``."""
     summary = evaluation.summary
+    settings = evaluation.settings
+    policy = evaluation.policy
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "rankgate", "version": __version__},
         "sources": list(sources),
         "settings": {
-            "relevance_threshold": evaluation.settings.relevance_threshold,
-            "empty_relevant": evaluation.settings.empty_relevant,
-            "on_invalid": evaluation.settings.on_invalid,
+            "relevance_threshold": settings.relevance_threshold,
+            "empty_relevant": settings.empty_relevant,
+            "on_invalid": settings.on_invalid,
+            "segment_by": list(dict.fromkeys(g.key.field for g in evaluation.segments if g.key)),
+            "gate_on": policy.gate_on,
+            "min_queries": policy.min_queries,
+            "strict_segments": policy.strict_segments,
+            "min_coverage": policy.min_coverage,
+            "seed": settings.seed,
+            "resamples": settings.resamples,
         },
         "summary": {
             "read": summary.read,
@@ -42,24 +53,71 @@ def eval_report(
             "coverage": summary.coverage,
             "duplicates_dropped": summary.duplicates_dropped,
             "invalid_examples": [str(example) for example in summary.invalid_examples],
+            "labels_removed_stale": summary.labels_removed_stale,
+            "labels_removed_expired": summary.labels_removed_expired,
+            "lost_all_relevant": summary.lost_all_relevant,
         },
         "metrics": {str(spec): _number(mean) for spec, mean in evaluation.means.items()},
-        "gates": [
+        "intervals": {str(spec): _bounds(bounds) for spec, bounds in evaluation.intervals.items()},
+        "segments": [_group(group) for group in evaluation.segments],
+        "gates": [_gate(outcome) for outcome in evaluation.gates],
+        "coverage_checks": [
             {
-                "metric": str(outcome.gate.metric),
-                "op": outcome.gate.op,
-                "threshold": outcome.gate.threshold,
-                "value": _number(outcome.value),
-                "margin": _number(outcome.margin),
-                "passed": outcome.passed,
+                "segment": _segment(check.segment),
+                "coverage": check.coverage,
+                "minimum": check.minimum,
+                "passed": check.passed,
             }
-            for outcome in evaluation.gates
+            for check in evaluation.coverage_checks
         ],
         "passed": evaluation.passed,
     }
     if per_query:
         report["per_query"] = evaluation.per_query()
     return report
+
+
+def _group(group: Group) -> dict[str, Any]:
+    return {
+        "segment": _segment(group.key),
+        "read": group.read,
+        "labeled": group.labeled,
+        "scored": group.scored,
+        "skipped": dict(group.skipped),
+        "coverage": group.coverage,
+        "labels_removed_stale": group.labels_removed_stale,
+        "labels_removed_expired": group.labels_removed_expired,
+        "lost_all_relevant": group.lost_all_relevant,
+        "metrics": {str(spec): _number(mean) for spec, mean in group.means.items()},
+        "intervals": {str(spec): _bounds(bounds) for spec, bounds in group.intervals.items()},
+    }
+
+
+def _gate(outcome: GateOutcome) -> dict[str, Any]:
+    return {
+        "metric": str(outcome.gate.metric),
+        "op": outcome.gate.op,
+        "threshold": outcome.gate.threshold,
+        "segment": _segment(outcome.segment),
+        "statistic": outcome.statistic,
+        "value": _number(outcome.value),
+        "margin": _number(outcome.margin),
+        "mean": _number(outcome.mean),
+        "interval": _bounds(outcome.interval),
+        "scored": outcome.scored,
+        "status": outcome.status,
+        "passed": outcome.passed,
+    }
+
+
+def _segment(key: SegmentKey | None) -> dict[str, str] | None:
+    return None if key is None else {"field": key.field, "value": key.value}
+
+
+def _bounds(bounds: tuple[float, float] | None) -> list[float] | None:
+    if bounds is None or math.isnan(bounds[0]):
+        return None
+    return [bounds[0], bounds[1]]
 
 
 def render_json(report: dict[str, Any]) -> str:
