@@ -4,7 +4,8 @@ Metric kernels never see document IDs. By the time a batch exists, each query's 
 de-duplicated and joined against its labels, so a kernel only needs two ragged columns:
 
 * ``ranked_grades``: for every ranked position of every query, the grade of the document there
-  (0.0 when the document carries no label), with ``ranked_offsets`` marking where each query starts;
+  (0.0 when the document carries no label), with ``ranked_offsets`` marking where each query starts,
+  and ``ranked_judged``, whether the document there carries a label at all (grade 0 included);
 * ``label_grades``: every label grade of every query, sorted from highest to lowest per query (the
   ideal ranking, and the source of R, the number of relevant documents), with ``label_offsets``.
 
@@ -35,6 +36,7 @@ class RankedBatch:
 
     ranked_offsets: Ints
     ranked_grades: Floats
+    ranked_judged: npt.NDArray[np.bool_]
     label_offsets: Ints
     label_grades: Floats
 
@@ -85,6 +87,7 @@ class BatchBuilder:
     def __init__(self) -> None:
         self._ranked_offsets = array("q", [0])
         self._ranked_grades = array("d")
+        self._ranked_judged = array("b")
         self._label_offsets = array("q", [0])
         self._label_grades = array("d")
 
@@ -99,6 +102,7 @@ class BatchBuilder:
         """
         distinct = list(dict.fromkeys(retrieved_ids))
         self._ranked_grades.extend(map(grades.get, distinct, repeat(0.0)))
+        self._ranked_judged.extend(map(grades.__contains__, distinct))
         self._ranked_offsets.append(len(self._ranked_grades))
         self._label_grades.extend(sorted(grades.values(), reverse=True))
         self._label_offsets.append(len(self._label_grades))
@@ -108,6 +112,7 @@ class BatchBuilder:
         return RankedBatch(
             ranked_offsets=np.frombuffer(self._ranked_offsets, dtype=np.int64).copy(),
             ranked_grades=np.frombuffer(self._ranked_grades, dtype=np.float64).copy(),
+            ranked_judged=np.frombuffer(self._ranked_judged, dtype=np.int8).astype(np.bool_),
             label_offsets=np.frombuffer(self._label_offsets, dtype=np.int64).copy(),
             label_grades=np.frombuffer(self._label_grades, dtype=np.float64).copy(),
         )

@@ -217,3 +217,12 @@ def test_means_and_counts_over_mixed_records() -> None:
     assert summary.coverage == 3 / 4
     assert evaluation.mean("precision@1") == 0.5
     assert evaluation.mean("P_1") == 0.5  # any alias names the same metric
+
+
+def test_judged_share_of_the_retrieved_top_k() -> None:
+    record = trace(["a", "b", "c", "d"], {"a": 1, "c": 0})  # grade 0 is a label too
+    assert score(record, "judged@2") == 1 / 2
+    assert score(record, "judged@4") == 2 / 4
+    assert score(record, "judged@10") == 2 / 4  # only four were retrieved
+    assert score(record, "judged") == 2 / 4
+    assert score(trace([], {"a": 1}), "judged@5") == 0.0

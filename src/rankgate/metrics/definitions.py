@@ -183,3 +183,21 @@ def r_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
     in_top_r = batch.ranked_rank < total[batch.ranked_query]
     hits = (batch.ranked_grades >= rel) & in_top_r
     return kernels.ratio(kernels.per_query_count(batch, hits), total)
+
+
+@metric(
+    "judged",
+    summary="Share of the retrieved top k that carries a label (grade 0 included).",
+    formula="|labeled ∩ top k| / min(k, number retrieved)",
+    reference="Buckley & Voorhees, SIGIR 2004 (judged fraction); cf. ir_measures Judged@k",
+    edge_cases="Measures annotation depth, not quality. Divides by the documents actually in the "
+    "top k, so a short ranking that is fully labeled scores 1 (ir_measures divides by k). 0 when "
+    "nothing was retrieved.",
+)
+def judged(batch: RankedBatch, k: int | None) -> Floats:
+    inside = kernels.within_cutoff(batch, k)
+    labeled = kernels.per_query_count(batch, inside & batch.ranked_judged)
+    shown = batch.ranked_lengths.astype(np.float64)
+    if k is not None:
+        shown = np.minimum(shown, float(k))
+    return kernels.ratio(labeled, shown)
