@@ -261,13 +261,14 @@ def evaluate(
     """
     settings = settings or Settings()
     checked_gates = tuple(parse_gate(g) if isinstance(g, str) else g for g in gates)
+    policy = policy or GatePolicy()
     requested = _metric_specs(metrics)
-    for gate in checked_gates:
+    rule_gates = (gate for rule in policy.rules for gate in rule.gates)
+    for gate in (*checked_gates, *rule_gates):
         if gate.metric not in requested:
             requested.append(gate.metric)
     if not requested:
         raise UsageError("no metric to compute: name at least one (e.g. ndcg@10)")
-    policy = policy or GatePolicy()
     segment_fields = tuple(
         dict.fromkeys([*settings.segment_by, *(rule.key.field for rule in policy.rules)])
     )
@@ -327,8 +328,14 @@ class _Accumulator:
 
     def take(self, raw: Any) -> None:
         self.read += 1
+        threshold = self.settings.relevance_threshold
         try:
             trace = validate_record(raw, self.settings.fields)
+            grades, stale, expired = trace.grades, 0, 0
+            if grades is not None and self.settings.label_filter.active:
+                grades, stale, expired = self.settings.label_filter.apply(
+                    grades, trace.attributes, trace.location
+                )
         except InputError as problem:
             if self.settings.on_invalid == "fail":
                 raise
@@ -346,25 +353,17 @@ class _Accumulator:
         groups = [self.overall, *(self._counts(key) for key in segments)]
         for group in groups:
             group.read += 1
-        if trace.grades is None:
+        if grades is None or trace.grades is None:
             for group in groups:
                 group.skip("unlabeled")
             return
+        has_relevant = any(grade >= threshold for grade in grades.values())
+        lost = not has_relevant and any(grade >= threshold for grade in trace.grades.values())
         for group in groups:
             group.labeled += 1
-        threshold = self.settings.relevance_threshold
-        grades = trace.grades
-        if self.settings.label_filter.active:
-            had_relevant = any(grade >= threshold for grade in grades.values())
-            grades, stale, expired = self.settings.label_filter.apply(
-                grades, trace.attributes, trace.location
-            )
-            lost = had_relevant and not any(grade >= threshold for grade in grades.values())
-            for group in groups:
-                group.labels_removed_stale += stale
-                group.labels_removed_expired += expired
-                group.lost_all_relevant += lost
-        has_relevant = any(grade >= threshold for grade in grades.values())
+            group.labels_removed_stale += stale
+            group.labels_removed_expired += expired
+            group.lost_all_relevant += lost
         if not has_relevant and self.settings.empty_relevant == "skip":
             for group in groups:
                 group.skip("no_relevant")

@@ -236,10 +236,12 @@ def _outcome(gate: Gate, group: Group, gate_on: str, insufficient: bool | None) 
         "interval": None if math.isnan(low) else (low, high),
         "scored": group.scored,
     }
+    if insufficient is not None:
+        # Too few queries to judge, possibly none at all: neither pass nor fail unless strict.
+        shown = None if math.isnan(value) else value
+        return GateOutcome(gate, shown, not insufficient, status="insufficient", **common)  # type: ignore[arg-type]
     if math.isnan(value):
         return GateOutcome(gate, None, False, status="fail", **common)  # type: ignore[arg-type]
-    if insufficient is not None:
-        return GateOutcome(gate, value, not insufficient, status="insufficient", **common)  # type: ignore[arg-type]
     passed = OPERATORS[gate.op](value, gate.threshold)
     return GateOutcome(gate, value, passed, status="pass" if passed else "fail", **common)  # type: ignore[arg-type]
 

@@ -13,6 +13,7 @@ timestamp for labels made at different times.
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,7 +55,8 @@ def read_corpus(path: Path) -> frozenset[str]:
             )
         column = pq.read_table(path, columns=[CORPUS_ID_COLUMN]).column(CORPUS_ID_COLUMN)
         return frozenset(str(value) for value in column.to_pylist() if value is not None)
-    with path.open(encoding="utf-8", newline="") as handle:
+    # utf-8-sig: spreadsheet exports start with a byte-order mark that must not join the first ID.
+    with path.open(encoding="utf-8-sig", newline="") as handle:
         if suffix in (".csv", ".tsv"):
             reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
             if CORPUS_ID_COLUMN not in (reader.fieldnames or []):
@@ -90,9 +92,9 @@ class LabelFilter:
             kept = {doc: grade for doc, grade in kept.items() if doc in self.corpus}
             stale = len(grades) - len(kept)
         if self.max_age is not None:
-            stamps = attributes.get(self.labeled_at_field)
+            stamps = _stamps(attributes.get(self.labeled_at_field), location, self.labeled_at_field)
             if stamps is not None:
-                cutoff = (self.as_of or datetime.now(UTC)) - self.max_age
+                cutoff = _aware(self.as_of or datetime.now(UTC)) - self.max_age
                 before = len(kept)
                 kept = {
                     doc: grade
@@ -101,6 +103,23 @@ class LabelFilter:
                 }
                 expired = before - len(kept)
         return kept, stale, expired
+
+
+def _stamps(value: Any, location: Location, field: str) -> Any:
+    """``labeled_at`` as a timestamp string or a dict keyed by string document IDs."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:  # a per-document object arrives as JSON text from a CSV cell
+            value = json.loads(value)
+        except json.JSONDecodeError as problem:
+            raise InputError(location, field, f"text is not valid JSON ({problem.msg})") from None
+    if isinstance(value, dict):
+        return {str(doc): stamp for doc, stamp in value.items()}  # 17 and "17" are one document
+    return value
+
+
+def _aware(moment: datetime) -> datetime:
+    # Logs and options without a zone are taken as UTC, so every comparison is between aware times.
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 def _older(stamps: Any, doc: str, cutoff: datetime, location: Location, field: str) -> bool:
@@ -116,6 +135,4 @@ def _older(stamps: Any, doc: str, cutoff: datetime, location: Location, field: s
         raise InputError(
             location, where, f"expected an ISO 8601 timestamp, got {stamp!r}"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)  # logs without a zone are taken as UTC
-    return moment < cutoff
+    return _aware(moment) < cutoff

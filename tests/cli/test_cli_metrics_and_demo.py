@@ -9,7 +9,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-ALL_METRICS = ["ndcg", "dcg", "precision", "recall", "mrr", "map", "hit_rate", "r_precision"]
+ALL_METRICS = [
+    "ndcg",
+    "dcg",
+    "precision",
+    "recall",
+    "mrr",
+    "map",
+    "hit_rate",
+    "r_precision",
+    "judged",
+]
 
 
 def test_metrics_text_lists_every_metric(run_cli) -> None:
