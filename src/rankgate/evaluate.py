@@ -35,7 +35,7 @@ from rankgate.segments import (
     split_by_segment,
     summarise,
 )
-from rankgate.spec import MetricSpec, parse_metric, parse_metric_list
+from rankgate.spec import MetricSpec, make_metric, parse_metric, parse_metric_list
 from rankgate.stale import LabelFilter
 from rankgate.stats import DEFAULT_RESAMPLES
 
@@ -56,6 +56,7 @@ OnInvalid = Literal["fail", "skip"]
 ProgressCallback = Callable[[int, int, int | None], None]
 
 BATCH_QUERIES = 65_536
+DEFAULT_JUDGED_DEPTH = 10
 INVALID_EXAMPLES_KEPT = 10
 PROGRESS_EVERY = 4096
 _SCALARS = (str, int, float, bool, type(None))
@@ -157,16 +158,23 @@ class Evaluation:
     segments: tuple[Group, ...] = ()
     coverage_checks: tuple[CoverageOutcome, ...] = ()
     policy: GatePolicy = field(default_factory=GatePolicy)
+    judged: MetricSpec | None = None
+
+    @property
+    def judged_mean(self) -> float:
+        """How much of what was scored is judged: the mean of ``judged`` at the deepest cutoff
+        requested (10 when none), computed with every evaluation beside the requested metrics."""
+        return math.nan if self.judged is None else self.overall.means[self.judged]
 
     @property
     def means(self) -> dict[MetricSpec, float]:
-        """Mean of each metric over the scored queries (NaN when none was scored)."""
-        return self.overall.means
+        """Mean of each requested metric over the scored queries (NaN when none was scored)."""
+        return {spec: self.overall.means[spec] for spec in self.metrics}
 
     @property
     def intervals(self) -> dict[MetricSpec, tuple[float, float]]:
         """95% bootstrap interval of each mean (NaN bounds when none was computed)."""
-        return self.overall.intervals
+        return {spec: self.overall.intervals[spec] for spec in self.metrics}
 
     @property
     def passed(self) -> bool:
@@ -273,7 +281,9 @@ def evaluate(
         dict.fromkeys([*settings.segment_by, *(rule.key.field for rule in policy.rules)])
     )
     source: TraceSource = open_source(traces, input_format)
-    accumulator = _Accumulator(requested, settings, segment_fields)
+    cutoffs = [spec.k for spec in requested if spec.k is not None]
+    judged = make_metric("judged", max(cutoffs, default=DEFAULT_JUDGED_DEPTH))
+    accumulator = _Accumulator(requested, settings, segment_fields, judged)
     for raw in source:
         accumulator.take(raw)
         if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
@@ -308,9 +318,16 @@ class _Accumulator:
     """Running state of one evaluation: counts, the open batch, and finished per-query values."""
 
     def __init__(
-        self, metrics: list[MetricSpec], settings: Settings, segment_fields: tuple[str, ...]
+        self,
+        metrics: list[MetricSpec],
+        settings: Settings,
+        segment_fields: tuple[str, ...],
+        judged: MetricSpec,
     ) -> None:
         self.metrics = metrics
+        self.judged = judged
+        # Computed beside the requested metrics, for the coverage report.
+        self.computed = metrics if judged in metrics else [*metrics, judged]
         self.settings = settings
         self.segment_fields = segment_fields
         self.read = 0
@@ -322,7 +339,9 @@ class _Accumulator:
         self.query_ids: list[str] = []
         self.attributes: list[dict[str, Any]] = []
         self.forced_zero: list[bool] = []
-        self.values: dict[MetricSpec, list[npt.NDArray[np.float64]]] = {m: [] for m in metrics}
+        self.values: dict[MetricSpec, list[npt.NDArray[np.float64]]] = {
+            m: [] for m in self.computed
+        }
         self.builder = BatchBuilder()
         self.batch_start = 0
 
@@ -392,7 +411,7 @@ class _Accumulator:
         batch = self.builder.build()
         zero = np.asarray(self.forced_zero[self.batch_start :], dtype=np.bool_)
         defaults = {"rel": self.settings.relevance_threshold}
-        for spec in self.metrics:
+        for spec in self.computed:
             values = spec.compute(batch, defaults)
             # Under empty_relevant="zero" a query with nothing relevant scores 0 on every metric,
             # whatever positive grades below the threshold would otherwise contribute.
@@ -442,4 +461,5 @@ class _Accumulator:
             segments=tuple(segments),
             coverage_checks=coverage,
             policy=policy,
+            judged=self.judged,
         )

@@ -182,3 +182,37 @@ def test_config_segment_overrides(cli, regressed, tmp_path) -> None:  # type: ig
         if g["segment"] == {"field": "query_type", "value": "rare"}
     ]
     assert [(g["threshold"], g["passed"]) for g in rare] == [(0.0, True)]
+
+
+def test_judged_share_is_reported_at_the_deepest_cutoff(cli, write_jsonl) -> None:  # type: ignore[no-untyped-def]
+    records = [
+        # 4 retrieved, 2 of them labeled (one grade 0): judged@20 = 2 / min(20, 4) = 0.5
+        {
+            "query_id": "q1",
+            "query_type": "t",
+            "retrieved_ids": ["a", "b", "c", "d"],
+            "relevance_scores": {"a": 1, "c": 0},
+        },
+        # 2 retrieved, both labeled: 1.0
+        {
+            "query_id": "q2",
+            "query_type": "t",
+            "retrieved_ids": ["a", "b"],
+            "relevance_scores": {"a": 1, "b": 0},
+        },
+    ]
+    report = cli(
+        "eval",
+        write_jsonl(records),
+        "-m",
+        "ndcg@5,20",
+        "--segment-by",
+        "query_type",
+        "--format",
+        "json",
+    ).json()
+    assert report["judged"] == {"metric": "judged@20", "mean": 0.75}
+    assert report["segments"][0]["judged"] == {"metric": "judged@20", "mean": 0.75}
+    assert list(report["metrics"]) == ["ndcg@5", "ndcg@20"]  # judged is reported apart
+    table = cli("eval", write_jsonl(records), "-m", "ndcg@5,20")
+    assert "75% of the top 20 judged (judged@20)" in table.out

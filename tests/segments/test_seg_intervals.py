@@ -49,17 +49,18 @@ def _all_intervals(evaluation: Any) -> dict[tuple[str, str], tuple[float, float]
 def test_every_mean_overall_and_per_segment_has_an_interval_around_it() -> None:
     evaluation = _run(seed=1)
     assert len(evaluation.segments) == 3
+    requested = {rankgate.parse_metric(m) for m in METRICS}
     for group in (evaluation.overall, *evaluation.segments):
-        assert (
-            set(group.intervals) == set(group.means) == {rankgate.parse_metric(m) for m in METRICS}
-        )
-        for spec, (low, high) in group.intervals.items():
+        # Each group also carries judged@K, the coverage companion computed with every evaluation.
+        assert set(group.intervals) == set(group.means) == requested | {evaluation.judged}
+        for spec in requested:
+            low, high = group.intervals[spec]
             mean = group.means[spec]
             assert math.isfinite(low) and math.isfinite(high), (group.name, spec)
             assert low <= mean <= high, (group.name, spec, low, mean, high)
             assert low < high, (group.name, spec)  # this data is not constant
             assert low >= 0.0 and high <= 1.0
-    assert evaluation.intervals == evaluation.overall.intervals
+    assert evaluation.intervals == {spec: evaluation.overall.intervals[spec] for spec in requested}
 
 
 def test_same_input_and_seed_give_bit_identical_intervals() -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
 from rankgate.report.numbers import format_against, format_threshold
+from rankgate.segments import Group
 
 __all__ = ["Style", "render_table", "render_verdict"]
 
@@ -73,8 +74,9 @@ def _counts(evaluation: Evaluation) -> list[str]:
     lines = [
         f"{summary.read} records read: {summary.scored} scored, {sum(skipped.values())} skipped "
         f"({reasons})",
-        f"annotation coverage {coverage} · {summary.duplicates_dropped} duplicate IDs dropped "
-        f"from scored rankings · relevant = grade >= {evaluation.settings.relevance_threshold:g}",
+        f"annotation coverage {coverage}{_judged(evaluation, evaluation.overall)} · "
+        f"{summary.duplicates_dropped} duplicate IDs dropped from scored rankings · "
+        f"relevant = grade >= {evaluation.settings.relevance_threshold:g}",
     ]
     if evaluation.settings.label_filter.active:
         lines.append(
@@ -121,7 +123,10 @@ def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> lis
     groups = [g for g in evaluation.segments if g.key is not None and g.key.field == field_name]
     failed = {(str(o.segment), str(o.gate.metric)) for o in evaluation.gates if o.status == "fail"}
     metrics = list(evaluation.metrics)
-    rows: list[tuple[str, ...]] = [(f"by {field_name}", "queries", "coverage", *map(str, metrics))]
+    judged = str(evaluation.judged) if evaluation.judged is not None else "judged"
+    rows: list[tuple[str, ...]] = [
+        (f"by {field_name}", "queries", "coverage", judged, *map(str, metrics))
+    ]
     for group in groups:
         cells = []
         for spec in metrics:
@@ -130,8 +135,22 @@ def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> lis
             cells.append(text + ("!" if (str(group.key), str(spec)) in failed else ""))
         coverage = "n/a" if group.coverage is None else f"{group.coverage:.0%}"
         scored = f"{group.scored}" + ("*" if _insufficient(evaluation, group.key) else "")
-        rows.append((group.key.value if group.key else "", scored, coverage, *cells))
+        judged_share = group.means.get(evaluation.judged) if evaluation.judged else None
+        judged_text = (
+            "n/a" if judged_share is None or judged_share != judged_share else f"{judged_share:.0%}"
+        )
+        rows.append((group.key.value if group.key else "", scored, coverage, judged_text, *cells))
     return _grid(rows, style, right=tuple(range(1, len(rows[0]))))
+
+
+def _judged(evaluation: Evaluation, group: Group) -> str:
+    """ ", 83% of the top 10 judged" for the coverage line; empty when nothing was scored."""
+    spec = evaluation.judged
+    share = group.means.get(spec, float("nan")) if spec is not None else float("nan")
+    if spec is None or share != share:
+        return ""
+    depth = f"top {spec.k}" if spec.k is not None else "rankings"
+    return f", {share:.0%} of the {depth} judged ({spec})"
 
 
 def _insufficient(evaluation: Evaluation, key: object) -> bool:

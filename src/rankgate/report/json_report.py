@@ -59,7 +59,8 @@ def eval_report(
         },
         "metrics": {str(spec): _number(mean) for spec, mean in evaluation.means.items()},
         "intervals": {str(spec): _bounds(bounds) for spec, bounds in evaluation.intervals.items()},
-        "segments": [_group(group) for group in evaluation.segments],
+        "judged": _judged(evaluation, evaluation.overall),
+        "segments": [_group(evaluation, group) for group in evaluation.segments],
         "gates": [_gate(outcome) for outcome in evaluation.gates],
         "coverage_checks": [
             {
@@ -77,7 +78,12 @@ def eval_report(
     return report
 
 
-def _group(group: Group) -> dict[str, Any]:
+def _judged(evaluation: Evaluation, group: Group) -> dict[str, Any] | None:
+    spec = evaluation.judged
+    return None if spec is None else {"metric": str(spec), "mean": _number(group.means[spec])}
+
+
+def _group(evaluation: Evaluation, group: Group) -> dict[str, Any]:
     return {
         "segment": _segment(group.key),
         "read": group.read,
@@ -88,8 +94,9 @@ def _group(group: Group) -> dict[str, Any]:
         "labels_removed_stale": group.labels_removed_stale,
         "labels_removed_expired": group.labels_removed_expired,
         "lost_all_relevant": group.lost_all_relevant,
-        "metrics": {str(spec): _number(mean) for spec, mean in group.means.items()},
-        "intervals": {str(spec): _bounds(bounds) for spec, bounds in group.intervals.items()},
+        "judged": _judged(evaluation, group),
+        "metrics": {str(spec): _number(group.means[spec]) for spec in evaluation.metrics},
+        "intervals": {str(spec): _bounds(group.intervals[spec]) for spec in evaluation.metrics},
     }
 
 
