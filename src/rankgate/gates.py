@@ -229,21 +229,27 @@ def _outcome(gate: Gate, group: Group, gate_on: str, insufficient: bool | None) 
     value = {"mean": mean, "lower_bound": low, "upper_bound": high}[gate_on]
     if gate_on != "mean" and math.isnan(value):
         value = mean  # no interval was computed (resamples=0): fall back to the mean
-    common = {
-        "segment": group.key,
-        "statistic": gate_on,
-        "mean": None if math.isnan(mean) else mean,
-        "interval": None if math.isnan(low) else (low, high),
-        "scored": group.scored,
-    }
+
+    def verdict(passed: bool, status: str) -> GateOutcome:
+        return GateOutcome(
+            gate,
+            None if math.isnan(value) else value,
+            passed,
+            segment=group.key,
+            status=status,
+            statistic=gate_on,
+            mean=None if math.isnan(mean) else mean,
+            interval=None if math.isnan(low) else (low, high),
+            scored=group.scored,
+        )
+
     if insufficient is not None:
         # Too few queries to judge, possibly none at all: neither pass nor fail unless strict.
-        shown = None if math.isnan(value) else value
-        return GateOutcome(gate, shown, not insufficient, status="insufficient", **common)  # type: ignore[arg-type]
+        return verdict(not insufficient, "insufficient")
     if math.isnan(value):
-        return GateOutcome(gate, None, False, status="fail", **common)  # type: ignore[arg-type]
+        return verdict(False, "fail")  # nothing scored: there is no value to clear the bar
     passed = OPERATORS[gate.op](value, gate.threshold)
-    return GateOutcome(gate, value, passed, status="pass" if passed else "fail", **common)  # type: ignore[arg-type]
+    return verdict(passed, "pass" if passed else "fail")
 
 
 def _coverage(group: Group, minimum: float) -> CoverageOutcome:

@@ -124,8 +124,10 @@ def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> lis
     failed = {(str(o.segment), str(o.gate.metric)) for o in evaluation.gates if o.status == "fail"}
     metrics = list(evaluation.metrics)
     judged = str(evaluation.judged) if evaluation.judged is not None else "judged"
+    stale = evaluation.settings.label_filter.active
+    stale_header = ("labels removed", "lost all relevant") if stale else ()
     rows: list[tuple[str, ...]] = [
-        (f"by {field_name}", "queries", "coverage", judged, *map(str, metrics))
+        (f"by {field_name}", "queries", "coverage", judged, *stale_header, *map(str, metrics))
     ]
     for group in groups:
         cells = []
@@ -139,7 +141,24 @@ def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> lis
         judged_text = (
             "n/a" if judged_share is None or judged_share != judged_share else f"{judged_share:.0%}"
         )
-        rows.append((group.key.value if group.key else "", scored, coverage, judged_text, *cells))
+        stale_cells = (
+            (
+                str(group.labels_removed_stale + group.labels_removed_expired),
+                str(group.lost_all_relevant),
+            )
+            if stale
+            else ()
+        )
+        rows.append(
+            (
+                group.key.value if group.key else "",
+                scored,
+                coverage,
+                judged_text,
+                *stale_cells,
+                *cells,
+            )
+        )
     return _grid(rows, style, right=tuple(range(1, len(rows[0]))))
 
 
