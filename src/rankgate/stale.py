@@ -6,8 +6,9 @@ nothing to do with retrieval. With ``--corpus FILE`` such labels are removed bef
 query that loses every relevant label this way moves to the ``no_relevant`` reason, and the report
 counts both the removed labels and those queries.
 
-``labeled_at`` is an ISO 8601 timestamp for all of a record's labels, or an object of document ID ->
-timestamp for labels made at different times.
+``labeled_at`` is an ISO 8601 timestamp (or a ``datetime``, as a Parquet timestamp column gives) for
+all of a record's labels, or an object of document ID -> timestamp for labels made at different
+times.
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ def _older(stamps: Any, doc: str, cutoff: datetime, location: Location, field: s
     if stamp is None:
         return False  # no date for this label: nothing says it is old
     where = f"{field}.{doc}" if isinstance(stamps, dict) else field
+    if isinstance(stamp, datetime):  # a Parquet timestamp column, or a Python caller
+        return _aware(stamp) < cutoff
     if not isinstance(stamp, str):
         raise InputError(location, where, f"expected an ISO 8601 timestamp, got {stamp!r}")
     try:

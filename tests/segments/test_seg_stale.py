@@ -406,3 +406,30 @@ def _evaluate_path(path: Path) -> Any:
             label_filter=LabelFilter(max_age=parse_age("180d"), as_of=AS_OF), resamples=0
         ),
     )
+
+
+def test_native_datetimes_in_labeled_at_expire_like_iso_text(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A Parquet timestamp column arrives as datetime objects; they count like ISO strings."""
+    table = pa.table(
+        {
+            "query_id": ["fresh", "old"],
+            "retrieved_ids": [["a"], ["a"]],
+            "relevant_ids": [["a"], ["a"]],
+            "labeled_at": pa.array(
+                [datetime(2024, 5, 1, tzinfo=UTC), datetime(2023, 1, 1, tzinfo=UTC)],
+                type=pa.timestamp("s", tz="UTC"),
+            ),
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    evaluation = rankgate.evaluate(
+        path,
+        ["mrr"],
+        settings=rankgate.Settings(
+            label_filter=LabelFilter(max_age=parse_age("180d"), as_of=AS_OF)
+        ),
+    )
+    assert evaluation.summary.labels_removed_expired == 1
+    assert evaluation.query_ids == ("fresh",)
+    assert evaluation.summary.skipped["no_relevant"] == 1
