@@ -7,6 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from rankgate.compare import Comparison, Significance, Variant, compare
 from rankgate.errors import ConfigError, InputError, RankgateError, SpecError, UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Evaluation, Settings, Summary, evaluate
 from rankgate.gates import Gate, GateOutcome, parse_gate
@@ -16,6 +17,7 @@ from rankgate.spec import MetricSpec, make_metric, parse_metric, parse_metric_li
 
 __all__ = [
     "DEFAULT_METRICS",
+    "Comparison",
     "ConfigError",
     "EvalResult",
     "Evaluation",
@@ -28,10 +30,13 @@ __all__ = [
     "RankgateError",
     "RetrievalMetricsEvaluator",
     "Settings",
+    "Significance",
     "SpecError",
     "Summary",
     "UsageError",
+    "Variant",
     "__version__",
+    "compare",
     "evaluate",
     "make_metric",
     "parse_gate",

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from rankgate.io.validate import lookup_path
 from rankgate.spec import MetricSpec
-from rankgate.stats import bootstrap_interval
+from rankgate.stats import bootstrap_interval, derived_seed
 
 __all__ = ["MISSING_VALUE", "Group", "GroupCounts", "SegmentKey", "segment_value", "summarise"]
 
@@ -134,11 +134,7 @@ _REASONS = ("unlabeled", "no_relevant", "invalid")
 def _seed_for(seed: int, key: SegmentKey | None, spec: MetricSpec) -> int:
     """A seed per (group, metric), derived from the run's seed and the names, so that adding a
     metric or a segment does not change the intervals of the others."""
-    text = f"{seed}|{'' if key is None else key}|{spec}"
-    digest = 0
-    for byte in text.encode("utf-8"):  # FNV-1a: stable across runs, unlike hash()
-        digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return digest
+    return derived_seed(seed, "" if key is None else key, spec)
 
 
 def split_by_segment(

@@ -24,6 +24,7 @@ def test_public_api_is_exactly_what_is_intended() -> None:
     assert sorted(rankgate.__all__) == sorted(
         [
             "DEFAULT_METRICS",
+            "Comparison",
             "ConfigError",
             "EvalResult",
             "Evaluation",
@@ -36,10 +37,13 @@ def test_public_api_is_exactly_what_is_intended() -> None:
             "RankgateError",
             "RetrievalMetricsEvaluator",
             "Settings",
+            "Significance",
             "SpecError",
             "Summary",
             "UsageError",
+            "Variant",
             "__version__",
+            "compare",
             "evaluate",
             "make_metric",
             "parse_gate",

@@ -1,6 +1,7 @@
 """The ``rankgate`` command: parse arguments, call the library, map outcomes to exit codes.
 
-Exit codes are a contract: 0 all gates passed, 1 a gate failed, 2 usage or input error. Every
+Exit codes are a contract: 0 all gates passed, 1 a gate failed or a regression was flagged, 2 usage
+or input error. Every
 ``RankgateError`` becomes one line on stderr and exit 2, never a traceback.
 """
 
@@ -11,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rankgate import __version__
-from rankgate.cli import eval_command, metrics_command
+from rankgate.cli import compare_command, eval_command, metrics_command
 from rankgate.cli.terminal import EXIT_USAGE, abort
 from rankgate.errors import RankgateError
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rankgate {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     eval_command.add_parser(commands)
+    compare_command.add_parser(commands)
     metrics_command.add_parser(commands)
     return parser
 

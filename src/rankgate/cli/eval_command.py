@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rankgate.cli.terminal import EXIT_FAILED, EXIT_OK, ProgressBar, style_for, write_stdout
-from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
+from rankgate.cli.options import (
+    add_report_options,
+    add_scoring_options,
+    check_common,
+    gates_from,
+    load_project_config,
+    metrics_from,
+    policy_from,
+    settings_from,
+)
+from rankgate.cli.terminal import (
+    EXIT_FAILED,
+    EXIT_OK,
+    ProgressBar,
+    style_for,
+    write_report,
+)
 from rankgate.errors import UsageError
-from rankgate.evaluate import DEFAULT_METRICS, Settings, evaluate
-from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, GatePolicy, merge_gates, parse_gate
-from rankgate.io import FORMATS, FieldMap, TrecSource
+from rankgate.evaluate import evaluate
+from rankgate.io import TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.json_report import eval_report, render_json
-from rankgate.stale import LabelFilter, parse_age, read_corpus
-from rankgate.stats import DEFAULT_RESAMPLES
 
 
 def add_parser(commands: Any) -> None:
@@ -37,154 +48,19 @@ def add_parser(commands: Any) -> None:
         "--run", type=Path, help="TREC run file (with --qrels) instead of a trace file"
     )
     parser.add_argument("--qrels", type=Path, help="TREC qrels file for --run")
-    parser.add_argument(
-        "-m",
-        "--metric",
-        action="append",
-        default=[],
-        metavar="METRIC",
-        help=f"metric(s) to compute, e.g. ndcg@5,10,20 (default: {', '.join(DEFAULT_METRICS)})",
-    )
-    parser.add_argument(
-        "-g",
-        "--gate",
-        action="append",
-        default=[],
-        metavar="GATE",
-        help="threshold on a mean, e.g. 'ndcg@10>=0.7' (repeatable)",
-    )
-    parser.add_argument(
-        "--config", type=Path, help=f"config file (default: ./{DEFAULT_CONFIG_NAME} when present)"
-    )
-    parser.add_argument("--no-config", action="store_true", help=f"ignore ./{DEFAULT_CONFIG_NAME}")
-    parser.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        metavar="NAME=PATH",
-        help="where a trace field lives, e.g. retrieved_ids=metadata.retrieval.ids",
-    )
-    parser.add_argument(
-        "--relevance-threshold",
-        "--rel",
-        type=float,
-        dest="relevance_threshold",
-        metavar="GRADE",
-        help="minimum grade that counts as relevant (default 1)",
-    )
-    parser.add_argument(
-        "--empty-relevant",
-        choices=("skip", "zero"),
-        help="labeled queries with no relevant document: skip them (default) or score 0",
-    )
-    parser.add_argument(
-        "--on-invalid",
-        choices=("fail", "skip"),
-        help="malformed records: stop with exit 2 (default) or skip and count them",
-    )
-    parser.add_argument(
-        "--input-format", choices=FORMATS, help="override detection from the file name"
-    )
-    parser.add_argument(
-        "--format",
-        choices=("table", "json"),
-        default="table",
-        dest="report_format",
-        help="report format (default: table)",
-    )
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        help="write the report to this file; the terminal still gets the verdict",
-    )
+    add_report_options(parser, ("table", "json"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
-    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
-    parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
-    segments = parser.add_argument_group("segments, intervals and coverage")
-    segments.add_argument(
-        "--segment-by",
-        action="append",
-        default=[],
-        metavar="FIELD",
-        help="report every metric per value of this field (a key or dotted "
-        "path; repeatable); default gates apply to every segment",
-    )
-    segments.add_argument(
-        "--min-queries",
-        type=int,
-        metavar="N",
-        help=f"a segment with fewer scored queries is 'insufficient data' "
-        f"(default {DEFAULT_MIN_QUERIES})",
-    )
-    segments.add_argument(
-        "--strict-segments",
-        action="store_true",
-        default=None,
-        help="fail the run when a segment has insufficient data",
-    )
-    segments.add_argument(
-        "--gate-on",
-        choices=GATE_ON,
-        help="compare thresholds with the mean (default) or a bound of its 95%% "
-        "interval (lower_bound: pass only when the bound clears it)",
-    )
-    segments.add_argument(
-        "--min-coverage",
-        type=float,
-        metavar="SHARE",
-        help="fail when the labeled share of records (overall or in a segment) is below this",
-    )
-    segments.add_argument("--seed", type=int, help="seed for the bootstrap intervals (default 0)")
-    segments.add_argument(
-        "--resamples",
-        type=int,
-        metavar="B",
-        help=f"bootstrap resamples per interval (default {DEFAULT_RESAMPLES}; 0 computes none)",
-    )
-    stale = parser.add_argument_group("stale labels")
-    stale.add_argument(
-        "--corpus",
-        type=Path,
-        metavar="FILE",
-        help="document IDs still in the corpus (text, one a line; or Parquet/CSV "
-        "with an 'id' column): labels for other documents are removed",
-    )
-    stale.add_argument(
-        "--label-max-age",
-        metavar="AGE",
-        help="remove labels older than this (e.g. 180d) by the record's labeled_at",
-    )
-    stale.add_argument(
-        "--as-of",
-        metavar="TIME",
-        help="the moment label ages are measured from (ISO 8601; default now)",
-    )
+    add_scoring_options(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     _check_combination(args)
-    config = _config(args)
-    settings = Settings(
-        relevance_threshold=_first(args.relevance_threshold, config.relevance_threshold, 1.0),
-        empty_relevant=_first(args.empty_relevant, config.empty_relevant, "skip"),
-        on_invalid=_first(args.on_invalid, config.on_invalid, "fail"),
-        fields=FieldMap.from_assignments({**config.fields, **_assignments(args.field)}),
-        segment_by=tuple(dict.fromkeys([*(config.segment_by or ()), *args.segment_by])),
-        label_filter=_label_filter(args, config),
-        seed=_first(args.seed, config.seed, 0),
-        resamples=_first(args.resamples, config.resamples, DEFAULT_RESAMPLES),
-    )
-    policy = GatePolicy(
-        gate_on=_first(args.gate_on, config.gate_on, "mean"),
-        min_queries=_first(args.min_queries, config.min_queries, DEFAULT_MIN_QUERIES),
-        strict_segments=_first(args.strict_segments, config.strict_segments, False),
-        min_coverage=_first(args.min_coverage, config.min_coverage, _UNSET),
-        rules=config.rules,
-    )
-    gates = merge_gates(config.gates, [parse_gate(text) for text in args.gate])
-    metrics = args.metric or list(config.metrics or DEFAULT_METRICS)
+    config = load_project_config(args)
+    settings = settings_from(args, config)
+    policy = policy_from(args, config)
+    gates = gates_from(args, config)
+    metrics = metrics_from(args, config)
 
     traces, sources = _traces(args)
     label = sources[0] if len(sources) == 1 else " + ".join(sources)
@@ -208,41 +84,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         # A report written to a file never carries terminal colour codes.
         text = render_table(evaluation, sources, style if args.output is None else Style(False))
-    if args.output is not None:
-        try:
-            args.output.write_text(text, encoding="utf-8")
-        except OSError as problem:
-            raise UsageError(f"{args.output}: cannot write report ({problem.strerror})") from None
-        write_stdout(f"{render_verdict(evaluation, style)}\nreport written to {args.output}\n")
-    else:
-        write_stdout(text)
+    write_report(text, args.output, render_verdict(evaluation, style))
     return EXIT_OK if evaluation.passed else EXIT_FAILED
 
 
 def _check_combination(args: argparse.Namespace) -> None:
-    """Options that cannot mean anything together are an error, not silently ignored."""
-    if args.config is not None and args.no_config:
-        raise UsageError("--config and --no-config contradict each other")
+    check_common(args)
     if args.per_query and args.report_format != "json":
         raise UsageError("--per-query applies to --format json")
     if args.input_format is not None and (args.run is not None or args.qrels is not None):
         raise UsageError("--input-format does not apply to --run/--qrels (TREC files)")
-    seen: dict[tuple[str, str], str] = {}
-    for text in args.gate:
-        gate = parse_gate(text)
-        key = (str(gate.metric), gate.op)
-        if key in seen:
-            raise UsageError(f"--gate {text!r} repeats --gate {seen[key]!r}; keep one of them")
-        seen[key] = text
-
-
-def _config(args: argparse.Namespace) -> Config:
-    if args.config is not None:
-        return load_config(args.config)
-    default = Path(DEFAULT_CONFIG_NAME)
-    if not args.no_config and default.is_file():
-        return load_config(default)
-    return Config()
 
 
 def _traces(args: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -257,40 +108,3 @@ def _traces(args: argparse.Namespace) -> tuple[Any, list[str]]:
     if args.traces is None:
         raise UsageError("name a trace file (or - for stdin, or --run FILE --qrels FILE)")
     return args.traces, [args.traces]
-
-
-def _assignments(pairs: list[str]) -> dict[str, str]:
-    assignments = {}
-    for pair in pairs:
-        name, sep, path = pair.partition("=")
-        if not sep:
-            raise UsageError(f"--field {pair!r}: expected NAME=PATH, e.g. retrieved_ids=meta.ids")
-        assignments[name.strip()] = path.strip()
-    return assignments
-
-
-def _first(*values: Any) -> Any:
-    chosen = next(value for value in values if value is not None)
-    return None if chosen is _UNSET else chosen
-
-
-# A default of "not set" for _first, where None itself is the value meant.
-_UNSET = object()
-
-
-def _label_filter(args: argparse.Namespace, config: Config) -> LabelFilter:
-    corpus_path = args.corpus if args.corpus is not None else config.corpus
-    max_age = args.label_max_age if args.label_max_age is not None else config.label_max_age
-    as_of = None
-    if args.as_of is not None:
-        try:
-            as_of = datetime.fromisoformat(args.as_of.replace("Z", "+00:00"))
-        except ValueError:
-            raise UsageError(f"--as-of {args.as_of!r}: expected an ISO 8601 time") from None
-        if as_of.tzinfo is None:
-            as_of = as_of.replace(tzinfo=UTC)
-    return LabelFilter(
-        corpus=None if corpus_path is None else read_corpus(corpus_path),
-        max_age=None if max_age is None else parse_age(max_age),
-        as_of=as_of,
-    )

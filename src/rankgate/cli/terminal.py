@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn, TextIO
 
+from rankgate.errors import UsageError
 from rankgate.report.console import Style
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "ProgressBar",
     "abort",
     "style_for",
+    "write_report",
     "write_stdout",
 ]
 
@@ -38,6 +41,18 @@ def write_stdout(text: str) -> None:
     except BrokenPipeError:
         # Point stdout at /dev/null so the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def write_report(text: str, output: Path | None, verdict: str) -> None:
+    """The report to stdout, or to ``output`` with only the verdict line on stdout."""
+    if output is None:
+        write_stdout(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as problem:
+        raise UsageError(f"{output}: cannot write report ({problem.strerror})") from None
+    write_stdout(f"{verdict}\nreport written to {output}\n")
 
 
 def style_for(stream: TextIO, choice: str) -> Style:

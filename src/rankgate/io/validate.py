@@ -93,8 +93,22 @@ class Trace:
 _MISSING = object()
 
 
-def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
-    """Check one raw record and return its trace; raises ``InputError`` naming location and field."""
+def validate_record(
+    raw: RawRecord,
+    fields: FieldMap,
+    *,
+    require_query_id: bool = False,
+    require_ranking: bool = True,
+) -> Trace:
+    """Check one raw record and return its trace; raises ``InputError`` naming location and field.
+
+    A ``Trace`` passes through as it is (callers that join records, like ``compare``, build them).
+    ``require_query_id`` refuses a record without an ID (instead of naming it by position), for
+    callers that pair records by ID; ``require_ranking=False`` reads labels-only records, whose
+    ``retrieved_ids`` come back empty.
+    """
+    if isinstance(raw.value, Trace):
+        return raw.value
     if raw.problem is not None:
         raise InputError(raw.location, None, raw.problem)
     record = raw.value
@@ -121,7 +135,9 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
 
     retrieved_raw = lookup(fields.retrieved_ids, may_be_json_text=True)
     if retrieved_raw is _MISSING or (retrieved_raw is None and raw.from_table):
-        raise InputError(raw.location, named(fields.retrieved_ids), "required field is missing")
+        if require_ranking:
+            raise InputError(raw.location, named(fields.retrieved_ids), "required field is missing")
+        retrieved_raw = []
     retrieved = _id_list(retrieved_raw, raw.location, named(fields.retrieved_ids))
 
     relevant_raw = lookup(fields.relevant_ids, may_be_json_text=True)
@@ -141,7 +157,7 @@ def validate_record(raw: RawRecord, fields: FieldMap) -> Trace:
         grades = dict.fromkeys(relevant or (), 1.0)
         grades.update(scores or {})
 
-    query_id = _query_id(lookup(fields.query_id), raw, named(fields.query_id))
+    query_id = _query_id(lookup(fields.query_id), raw, named(fields.query_id), require_query_id)
     # Only keys consumed whole: with retrieved_ids at metadata.ids, metadata's other fields stay.
     used = {path for path in fields.paths() if path in container}
     attributes = {key: value for key, value in container.items() if key not in used}
@@ -270,7 +286,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _query_id(value: Any, raw: RawRecord, field_name: str) -> str:
+def _query_id(value: Any, raw: RawRecord, field_name: str, required: bool) -> str:
+    if (value is _MISSING or value is None) and required:
+        raise InputError(
+            raw.location, field_name, "required field is missing (queries are paired by their ID)"
+        )
     if value is _MISSING or value is None:
         # Records without an ID are still scored; they are named by their position in the input.
         return f"#{raw.ordinal}"

@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rankgate.compare import CandidateResult, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
 from rankgate.report.numbers import format_against, format_threshold
 from rankgate.segments import Group
 
-__all__ = ["Style", "render_table", "render_verdict"]
+__all__ = [
+    "Style",
+    "format_p",
+    "render_comparison",
+    "render_comparison_verdict",
+    "render_table",
+    "render_verdict",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,3 +275,153 @@ def _miss(outcome: GateOutcome) -> str:
 def _signed(margin: float) -> str:
     """A margin with its sign, never a misleading "-0.0000" for a tiny miss."""
     return ("-" if margin < 0 else "+") + format_against(abs(margin), 0.0, 4)
+
+
+# --- comparisons ----------------------------------------------------------------------------------
+
+_MARKERS = {"regression": "▼ regression", "improvement": "▲ improvement"}
+TEST_NAMES = {"t": "paired t-test", "randomization": "paired randomization (sign-flip) test"}
+CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
+
+
+def render_comparison(comparison: Comparison, style: Style) -> str:
+    """The terminal report of ``rankgate compare``: per candidate, pairing and counts, a side-by-side
+    table of every metric per segment with flags, missed gates, then the verdict."""
+    significance = comparison.significance
+    cells = len(comparison.cells)
+    lines = [
+        style.bold("rankgate compare") + f"  baseline {comparison.baseline}",
+        f"{TEST_NAMES[significance.test]} · {CORRECTION_NAMES[significance.correction]} "
+        f"correction over {cells} cells · alpha {significance.alpha:g} · margin "
+        f"{significance.margin:g} · 95% BCa intervals of the delta "
+        f"({comparison.settings.resamples} resamples, seed {comparison.settings.seed})",
+    ]
+    if comparison.labels_source is not None:
+        lines.append(f"labels from {comparison.labels_source} and the traces that carry them")
+    if comparison.invalid_examples:
+        total = sum(comparison.invalid.values())
+        lines.append(f"skipped as invalid (first {len(comparison.invalid_examples)} of {total}):")
+        lines += [f"  {example}" for example in comparison.invalid_examples]
+    for result in comparison.results:
+        lines += ["", *_candidate_section(result, style)]
+    lines += ["", render_comparison_verdict(comparison, style)]
+    return "\n".join(lines) + "\n"
+
+
+def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
+    pairing = result.pairing
+    summary = result.candidate.summary
+    skipped = ", ".join(f"{reason} {count}" for reason, count in summary.skipped.items())
+    lines = [
+        style.bold(f"candidate {result.name}"),
+        f"{pairing.paired} queries paired, {pairing.baseline_only} only in the baseline, "
+        f"{pairing.candidate_only} only in the candidate · of the paired: {summary.scored} "
+        f"scored, {sum(summary.skipped.values())} skipped ({skipped})",
+    ]
+    for side, count, examples in (
+        ("baseline", pairing.baseline_only, pairing.baseline_only_ids),
+        ("candidate", pairing.candidate_only, pairing.candidate_only_ids),
+    ):
+        if count:
+            more = f", ... ({count - len(examples)} more)" if count > len(examples) else ""
+            lines.append(f"  only in the {side}: {', '.join(examples)}{more}")
+    rows: list[tuple[str, ...]] = [
+        (
+            "segment",
+            "metric",
+            "n",
+            "baseline",
+            "candidate",
+            "delta",
+            "delta %",
+            "95% CI of delta",
+            "p adj",
+            "d_z",
+            "W/T/L",
+            "",
+        )
+    ]
+    previous = None
+    for cell in result.cells:
+        group = cell.group
+        rows.append(
+            (
+                group if group != previous else "",
+                str(cell.metric),
+                str(cell.queries) + ("*" if cell.status == "insufficient" else ""),
+                f"{cell.baseline_mean:.4f}",
+                f"{cell.candidate_mean:.4f}",
+                _signed_plain(cell.delta),
+                "n/a" if cell.relative_delta is None else f"{cell.relative_delta:+.1%}",
+                f"[{_signed_plain(cell.interval[0])}, {_signed_plain(cell.interval[1])}]",
+                format_p(cell.p_adjusted),
+                "n/a" if cell.effect_size is None else f"{cell.effect_size:+.2f}",
+                f"{cell.wins}/{cell.ties}/{cell.losses}",
+                _MARKERS.get(cell.flag or "", ""),
+            )
+        )
+        previous = group
+    lines += _flag_grid(rows, style)
+    if any(cell.status == "insufficient" for cell in result.cells):
+        lines.append(
+            style.dim("  * fewer paired queries than min_queries: reported, never flagged")
+        )
+    misses = _failures(result.candidate)
+    if misses:
+        lines += [style.bad("  candidate gates missed, worst first:")]
+        lines += [f"    {line}" for line in misses]
+    return lines
+
+
+def _flag_grid(rows: list[tuple[str, ...]], style: Style) -> list[str]:
+    plain = _grid(rows, Style(False), right=tuple(range(2, 11)))
+    styled = []
+    for number, (text, row) in enumerate(zip(plain, rows, strict=True)):
+        if number == 0:
+            styled.append(style.dim(text))
+        elif row[-1].endswith("regression"):
+            styled.append(style.bad(text))
+        elif row[-1].endswith("improvement"):
+            styled.append(style.good(text))
+        else:
+            styled.append(text)
+    return styled
+
+
+def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
+    """One line: PASS or FAIL, and the worst regression or missed gate."""
+    regressions = sorted(comparison.regressions, key=lambda cell: cell.delta)
+    gate_misses = [o for result in comparison.results for o in result.gate_failures]
+    cells = len(comparison.cells)
+    improvements = len(comparison.improvements)
+    if not regressions and not gate_misses:
+        gates = sum(len(result.candidate.gates) for result in comparison.results)
+        gate_text = f" · {gates} candidate gates passed" if gates else ""
+        return style.good(
+            f"PASS · no regression in {_count(cells, 'cell')} "
+            f"({_count(improvements, 'improvement')}){gate_text}"
+        )
+    parts = []
+    if regressions:
+        worst = regressions[0]
+        candidate = f"{worst.candidate}: " if len(comparison.results) > 1 else ""
+        parts.append(
+            f"{_count(len(regressions), 'regression')}, worst {candidate}{worst.group} {worst.metric} "
+            f"{_signed_plain(worst.delta)} (p adj {format_p(worst.p_adjusted)})"
+        )
+    if gate_misses:
+        parts.append(f"{_count(len(gate_misses), 'candidate gate')} missed")
+    return style.bad("FAIL · " + "; ".join(parts))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def format_p(p: float) -> str:
+    """A p-value to read at a glance: four decimals, or "<0.0001"."""
+    return "<0.0001" if p < 0.0001 else f"{p:.4f}"
+
+
+def _signed_plain(value: float) -> str:
+    return f"{value:+.4f}"

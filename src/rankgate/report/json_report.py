@@ -13,11 +13,19 @@ from importlib import resources
 from typing import Any
 
 from rankgate import __version__
+from rankgate.compare import CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
 from rankgate.segments import Group, SegmentKey
 
-__all__ = ["SCHEMA_VERSION", "eval_report", "eval_schema", "render_json"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "comparison_report",
+    "comparison_schema",
+    "eval_report",
+    "eval_schema",
+    "render_json",
+]
 
 SCHEMA_VERSION = 1
 
@@ -140,3 +148,92 @@ def eval_schema() -> dict[str, Any]:
 
 def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
+
+
+def comparison_report(comparison: Comparison) -> dict[str, Any]:
+    """The ``rankgate compare`` report as plain data (``compare.schema.json``)."""
+    settings = comparison.settings
+    policy = comparison.policy
+    significance = comparison.significance
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "rankgate", "version": __version__},
+        "baseline": comparison.baseline,
+        "candidates": [result.name for result in comparison.results],
+        "labels_source": comparison.labels_source,
+        "settings": {
+            "test": significance.test,
+            "permutations": significance.permutations,
+            "correction": significance.correction,
+            "alpha": significance.alpha,
+            "margin": significance.margin,
+            "confidence": 0.95,
+            "interval": "bca",
+            "seed": settings.seed,
+            "resamples": settings.resamples,
+            "relevance_threshold": settings.relevance_threshold,
+            "empty_relevant": settings.empty_relevant,
+            "on_invalid": settings.on_invalid,
+            "segment_by": list(settings.segment_by),
+            "gate_on": policy.gate_on,
+            "min_queries": policy.min_queries,
+            "strict_segments": policy.strict_segments,
+            "min_coverage": policy.min_coverage,
+        },
+        "read": dict(comparison.read),
+        "invalid": dict(comparison.invalid),
+        "invalid_examples": [str(example) for example in comparison.invalid_examples],
+        "results": [_candidate(result) for result in comparison.results],
+        "cells": [_cell(cell) for cell in comparison.cells],
+        "regressions": len(comparison.regressions),
+        "improvements": len(comparison.improvements),
+        "passed": comparison.passed,
+    }
+
+
+def _candidate(result: CandidateResult) -> dict[str, Any]:
+    pairing = result.pairing
+    summary = result.candidate.summary
+    return {
+        "name": result.name,
+        "pairing": {
+            "paired": pairing.paired,
+            "baseline_only": pairing.baseline_only,
+            "candidate_only": pairing.candidate_only,
+            "baseline_only_examples": list(pairing.baseline_only_ids),
+            "candidate_only_examples": list(pairing.candidate_only_ids),
+        },
+        "scored": summary.scored,
+        "skipped": dict(summary.skipped),
+        "labeled": summary.labeled,
+        "labels_removed_stale": summary.labels_removed_stale,
+        "labels_removed_expired": summary.labels_removed_expired,
+        "gates": [_gate(outcome) for outcome in result.candidate.gates],
+        "coverage_checks": [
+            {
+                "segment": _segment(check.segment),
+                "coverage": check.coverage,
+                "minimum": check.minimum,
+                "passed": check.passed,
+            }
+            for check in result.candidate.coverage_checks
+        ],
+        "passed": result.passed,
+    }
+
+
+def _cell(cell: Cell) -> dict[str, Any]:
+    return {
+        "candidate": cell.candidate,
+        "segment": _segment(cell.segment),
+        "metric": str(cell.metric),
+        "interval": [cell.interval[0], cell.interval[1]],
+        **cell.statistics(),
+    }
+
+
+def comparison_schema() -> dict[str, Any]:
+    """The JSON Schema the comparison report follows."""
+    text = resources.files("rankgate.report").joinpath("compare.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema

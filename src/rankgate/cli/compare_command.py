@@ -1,0 +1,198 @@
+"""``rankgate compare``: baseline against candidates on the same queries; exit 0, 1 or 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rankgate.cli.options import (
+    add_report_options,
+    add_scoring_options,
+    check_common,
+    gates_from,
+    load_project_config,
+    metrics_from,
+    policy_from,
+    settings_from,
+)
+from rankgate.cli.terminal import EXIT_FAILED, EXIT_OK, ProgressBar, style_for, write_report
+from rankgate.compare import TESTS, Significance, compare
+from rankgate.errors import UsageError
+from rankgate.io import TrecSource
+from rankgate.io.source import require_file
+from rankgate.report.console import Style, render_comparison, render_comparison_verdict
+from rankgate.report.json_report import comparison_report, render_json
+from rankgate.report.markdown import render_comparison_markdown
+from rankgate.stats import CORRECTIONS, DEFAULT_PERMUTATIONS
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "compare",
+        help="compare retrieval configurations on the same queries",
+        description="Compare a baseline with one or more candidates on the queries they share: "
+        "per metric and segment, the paired delta, its 95%% interval, an adjusted p-value and a "
+        "flag. Exit 0 (nothing flagged), 1 (a regression or a missed gate) or 2 (bad input).",
+    )
+    parser.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="BASELINE CANDIDATE [CANDIDATE ...] trace files (JSON Lines, JSON array, Parquet, "
+        "CSV/TSV; .gz ok), or one file with --variant-field",
+    )
+    variants = parser.add_argument_group("one file holding every variant")
+    variants.add_argument(
+        "--variant-field",
+        metavar="FIELD",
+        help="split the one trace file into sides by this field (e.g. config)",
+    )
+    variants.add_argument(
+        "--baseline",
+        metavar="VALUE",
+        dest="baseline_value",
+        help="the baseline's value of --variant-field (required with it)",
+    )
+    variants.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="VALUE",
+        dest="candidate_values",
+        help="a candidate's value of --variant-field (repeatable; default: every other value)",
+    )
+    parser.add_argument(
+        "--labels",
+        metavar="FILE",
+        help="labels for the queries: records with query_id and relevant_ids/relevance_scores, "
+        "or a TREC qrels file (*.qrels)",
+    )
+    parser.add_argument(
+        "--qrels",
+        type=Path,
+        metavar="FILE",
+        help="the sources are TREC run files, labeled by this TREC qrels file",
+    )
+    tests = parser.add_argument_group("statistics")
+    tests.add_argument(
+        "--test",
+        choices=TESTS,
+        default="t",
+        help="paired t-test (default) or sign-flip randomization test",
+    )
+    tests.add_argument(
+        "--permutations",
+        type=int,
+        default=DEFAULT_PERMUTATIONS,
+        metavar="B",
+        help=f"random sign flips for --test randomization (default {DEFAULT_PERMUTATIONS}; "
+        "exact enumeration when 2^n <= B)",
+    )
+    tests.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default="holm",
+        help="multiple-comparison correction across metric x segment cells (default holm)",
+    )
+    tests.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level (default 0.05)"
+    )
+    tests.add_argument(
+        "--margin",
+        type=float,
+        default=0.0,
+        help="practical margin: flag only deltas beyond it, in the metric's units (default 0)",
+    )
+    add_report_options(parser, ("table", "json", "markdown"))
+    add_scoring_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_common(args)
+    config = load_project_config(args)
+    settings = settings_from(args, config)
+    policy = policy_from(args, config)
+    significance = Significance(
+        test=args.test,
+        permutations=args.permutations,
+        correction=args.correction,
+        alpha=args.alpha,
+        margin=args.margin,
+    )
+    sides: list[Any] = _sides(args)
+    if args.qrels is not None:
+        if args.variant_field is not None or args.input_format is not None:
+            raise UsageError(
+                "--qrels reads TREC run files; it does not go with --variant-field "
+                "or --input-format"
+            )
+        for path in (args.qrels, *args.sources):
+            require_file(Path(path))
+        sides = [TrecSource(path, args.qrels) for path in args.sources]
+    baseline, *candidates = sides
+    bar = _Progress(sys.stderr, enabled=not args.no_progress)
+    try:
+        comparison = compare(
+            baseline,
+            *candidates,
+            metrics=metrics_from(args, config),
+            gates=gates_from(args, config),
+            settings=settings,
+            policy=policy,
+            significance=significance,
+            labels=args.labels,
+            variant_field=args.variant_field,
+            input_format=args.input_format,
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    style = style_for(sys.stdout, args.color)
+    if args.report_format == "json":
+        text = render_json(comparison_report(comparison))
+    elif args.report_format == "markdown":
+        text = render_comparison_markdown(comparison)
+    else:
+        text = render_comparison(comparison, style if args.output is None else Style(False))
+    write_report(text, args.output, render_comparison_verdict(comparison, style))
+    return EXIT_OK if comparison.passed else EXIT_FAILED
+
+
+def _sides(args: argparse.Namespace) -> list[str]:
+    if args.variant_field is None:
+        if args.baseline_value is not None or args.candidate_values:
+            raise UsageError("--baseline and --candidate name values of --variant-field")
+        if len(args.sources) < 2:
+            raise UsageError(
+                "name a baseline and at least one candidate (or one file with --variant-field)"
+            )
+        return list(args.sources)
+    if len(args.sources) != 1:
+        raise UsageError("with --variant-field, give one trace file holding every variant")
+    if args.baseline_value is None:
+        raise UsageError("with --variant-field, name the baseline's value with --baseline VALUE")
+    return [args.sources[0], args.baseline_value, *args.candidate_values]
+
+
+class _Progress:
+    """One progress bar per source, each drawn only while that source is read."""
+
+    def __init__(self, stream: Any, enabled: bool) -> None:
+        self._stream = stream
+        self._enabled = enabled
+        self._name: str | None = None
+        self._bar: ProgressBar | None = None
+
+    def update(self, name: str, records: int, done: int, total: int | None) -> None:
+        if self._bar is None or name != self._name:
+            self.close()
+            self._name = name
+            self._bar = ProgressBar(name, self._stream, enabled=self._enabled)
+        self._bar.update(records, done, total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
