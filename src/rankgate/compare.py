@@ -190,6 +190,36 @@ class CandidateResult:
     baseline: Evaluation
     candidate: Evaluation
     cells: tuple[Cell, ...]
+    segments: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def per_query(self) -> list[dict[str, Any]]:
+        """One dict per scored paired query: ``query_id``, its segment values, and per metric the
+        baseline's value, the candidate's and the delta (``"ndcg@10"``, ``"ndcg@10 baseline"``...).
+        """
+        rows: list[dict[str, Any]] = []
+        columns = [
+            (str(spec), self.baseline.values[spec].tolist(), self.candidate.values[spec].tolist())
+            for spec in self.baseline.metrics
+        ]
+        for index, query_id in enumerate(self.baseline.query_ids):
+            row: dict[str, Any] = {"query_id": query_id}
+            row.update((name, values[index]) for name, values in self.segments.items())
+            for name, before, after in columns:
+                row[f"{name} baseline"] = before[index]
+                row[f"{name} candidate"] = after[index]
+                row[f"{name} delta"] = after[index] - before[index]
+            rows.append(row)
+        return rows
+
+    def largest_losses(self, cell: Cell, count: int = 5) -> list[tuple[str, float]]:
+        """The queries of ``cell``'s group that lost most on its metric: (query_id, delta), worst
+        first; only queries whose value dropped."""
+        deltas = self.candidate.values[cell.metric] - self.baseline.values[cell.metric]
+        if cell.segment is not None:
+            members = np.asarray(self.segments[cell.segment.field], dtype=object)
+            deltas = np.where(members == cell.segment.value, deltas, 0.0)
+        order = np.argsort(deltas, kind="stable")[:count]
+        return [(self.baseline.query_ids[i], float(deltas[i])) for i in order if deltas[i] < -_TIE]
 
     @property
     def gate_failures(self) -> tuple[GateOutcome, ...]:
@@ -381,7 +411,14 @@ def compare(
             finished.append(_flagged(cell, adjusted[position], significance))
             position += 1
         results.append(
-            CandidateResult(side.name, pair.pairing, pair.baseline, pair.candidate, tuple(finished))
+            CandidateResult(
+                side.name,
+                pair.pairing,
+                pair.baseline,
+                pair.candidate,
+                tuple(finished),
+                pair.segments,
+            )
         )
     return Comparison(
         baseline=base.name,
@@ -629,7 +666,7 @@ class _Pair:
     pairing: Pairing
     baseline: Evaluation
     candidate: Evaluation
-    attributes: dict[str, dict[str, Any]]
+    segments: dict[str, tuple[str, ...]]
 
 
 def _evaluate_pair(
@@ -666,12 +703,24 @@ def _evaluate_pair(
         label_book.labeled(side.traces[query_id], attributes[query_id]) for query_id in paired
     ]
     metric_list = None if metrics is None else list(metrics)
+    # The sides' own intervals are not reported here; they are needed only by gates that decide
+    # on an interval bound. Skipping them halves the time on large inputs.
+    on_bounds = policy.gate_on != "mean" or any(
+        rule.gate_on not in (None, "mean") for rule in policy.rules
+    )
+    if not on_bounds:
+        settings = replace(settings, resamples=0)
     # Records are already valid, so nothing can be skipped as invalid here but bad label times.
     baseline_eval = evaluate(base_traces, metric_list, gates, settings=settings, policy=policy)
     candidate_eval = evaluate(side_traces, metric_list, gates, settings=settings, policy=policy)
     if baseline_eval.query_ids != candidate_eval.query_ids:  # same labels, same attributes
         raise AssertionError("baseline and candidate scored different queries")
-    return _Pair(pairing, baseline_eval, candidate_eval, attributes)
+    # Each scored query's segment per field, aligned with the evaluations' query_ids.
+    segments = {
+        name: tuple(segment_value(attributes[q], name) for q in baseline_eval.query_ids)
+        for name in dict.fromkeys(g.key.field for g in baseline_eval.segments if g.key)
+    }
+    return _Pair(pairing, baseline_eval, candidate_eval, segments)
 
 
 def _cells(
@@ -685,16 +734,10 @@ def _cells(
     base, cand = pair.baseline, pair.candidate
     everything = np.ones(len(base.query_ids), dtype=np.bool_)
     groups: list[tuple[SegmentKey | None, npt.NDArray[np.bool_]]] = [(None, everything)]
-    columns: dict[str, npt.NDArray[Any]] = {}
+    columns = {name: np.asarray(values, dtype=object) for name, values in pair.segments.items()}
     for group in base.segments:
-        key = group.key
-        assert key is not None  # segments always have a key
-        if key.field not in columns:
-            columns[key.field] = np.asarray(
-                [segment_value(pair.attributes[q], key.field) for q in base.query_ids],
-                dtype=object,
-            )
-        groups.append((key, columns[key.field] == key.value))
+        if group.key is not None:
+            groups.append((group.key, columns[group.key.field] == group.key.value))
     cells = []
     for key, mask in groups:
         queries = int(np.count_nonzero(mask))

@@ -263,3 +263,19 @@ def test_same_report_across_runs_and_thread_counts(
             assert result.code == 1, result.err
             reports.add((test, result.out))
     assert len(reports) == 2  # one report per test, whatever the thread count
+
+
+def test_per_query_json_and_largest_losses(cli: RunCli, ab_files: tuple[Path, ...]) -> None:
+    baseline, regressed, _ = ab_files
+    result = cli("compare", baseline, regressed, "-m", "ndcg@10", "--format", "json", "--per-query")
+    report = result.json()
+    jsonschema.validate(report, comparison_schema())
+    rows = report["per_query"][str(regressed)]
+    assert len(rows) == 600
+    worst = min(rows, key=lambda row: row["ndcg@10 delta"])
+    table = cli("compare", baseline, regressed, "-m", "ndcg@10")
+    losses = next(
+        line for line in table.out.splitlines() if line.startswith("    overall ndcg@10:")
+    )
+    assert losses.split(": ")[1].startswith(f"{worst['query_id']} {worst['ndcg@10 delta']:+.4f}")
+    cli("compare", baseline, regressed, "--per-query").assert_one_line_error("--format json")

@@ -389,3 +389,31 @@ def test_bad_significance_settings_are_refused(options: dict[str, Any], message:
 def test_a_baseline_alone_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="at least one candidate"):
         compare([{"query_id": "a", "retrieved_ids": ["x"]}])
+
+
+def test_largest_losses_and_per_query_rows() -> None:
+    baseline = [
+        {"query_id": "q1", "kind": "x", "retrieved_ids": ["a", "b"], "relevant_ids": ["a"]},
+        {"query_id": "q2", "kind": "y", "retrieved_ids": ["a", "b"], "relevant_ids": ["a"]},
+        {"query_id": "q3", "kind": "y", "retrieved_ids": ["a", "b"], "relevant_ids": ["a"]},
+    ]
+    candidate = [
+        {"query_id": "q1", "retrieved_ids": ["b", "c", "d", "a"]},  # RR 1 -> 1/4
+        {"query_id": "q2", "retrieved_ids": ["b", "a"]},  # RR 1 -> 1/2
+        {"query_id": "q3", "retrieved_ids": ["a", "b"]},  # unchanged
+    ]
+    comparison = compare(
+        baseline, candidate, metrics=["mrr"], settings=Settings(segment_by=("kind",))
+    )
+    result = comparison.results[0]
+    assert result.largest_losses(comparison.cell("mrr")) == [("q1", -0.75), ("q2", -0.5)]
+    assert result.largest_losses(comparison.cell("mrr", "kind=y")) == [("q2", -0.5)]
+    rows = result.per_query()
+    assert rows[0] == {
+        "query_id": "q1",
+        "kind": "x",
+        "mrr baseline": 1.0,
+        "mrr candidate": 0.25,
+        "mrr delta": -0.75,
+    }
+    assert [row["mrr delta"] for row in rows] == [-0.75, -0.5, 0.0]

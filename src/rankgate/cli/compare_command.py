@@ -106,12 +106,19 @@ def add_parser(commands: Any) -> None:
         help="practical margin: flag only deltas beyond it, in the metric's units (default 0)",
     )
     add_report_options(parser, ("table", "json", "markdown"))
+    parser.add_argument(
+        "--per-query",
+        action="store_true",
+        help="include every paired query's values and deltas (JSON)",
+    )
     add_scoring_options(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     check_common(args)
+    if args.per_query and args.report_format != "json":
+        raise UsageError("--per-query applies to --format json")
     config = load_project_config(args)
     settings = settings_from(args, config)
     policy = policy_from(args, config)
@@ -152,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     style = style_for(sys.stdout, args.color)
     if args.report_format == "json":
-        text = render_json(comparison_report(comparison))
+        text = render_json(comparison_report(comparison, per_query=args.per_query))
     elif args.report_format == "markdown":
         text = render_comparison_markdown(comparison)
     else:

@@ -366,6 +366,16 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
         lines.append(
             style.dim("  * fewer paired queries than min_queries: reported, never flagged")
         )
+    regressions = sorted(
+        (cell for cell in result.cells if cell.flag == "regression"), key=lambda c: c.delta
+    )
+    if regressions:
+        lines.append("  queries that lost most, per regression:")
+        for cell in regressions:
+            losses = ", ".join(
+                f"{query_id} {delta:+.4f}" for query_id, delta in result.largest_losses(cell)
+            )
+            lines.append(f"    {cell.group} {cell.metric}: {losses}")
     misses = _failures(result.candidate)
     if misses:
         lines += [style.bad("  candidate gates missed, worst first:")]

@@ -150,12 +150,13 @@ def _number(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else value
 
 
-def comparison_report(comparison: Comparison) -> dict[str, Any]:
-    """The ``rankgate compare`` report as plain data (``compare.schema.json``)."""
+def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dict[str, Any]:
+    """The ``rankgate compare`` report as plain data (``compare.schema.json``); with
+    ``per_query``, every paired query's values and deltas per candidate."""
     settings = comparison.settings
     policy = comparison.policy
     significance = comparison.significance
-    return {
+    report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "rankgate", "version": __version__},
         "baseline": comparison.baseline,
@@ -189,6 +190,9 @@ def comparison_report(comparison: Comparison) -> dict[str, Any]:
         "improvements": len(comparison.improvements),
         "passed": comparison.passed,
     }
+    if per_query:
+        report["per_query"] = {result.name: result.per_query() for result in comparison.results}
+    return report
 
 
 def _candidate(result: CandidateResult) -> dict[str, Any]:
