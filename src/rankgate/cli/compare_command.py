@@ -24,6 +24,7 @@ from rankgate.io import TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_comparison, render_comparison_verdict
 from rankgate.report.json_report import comparison_report, render_json
+from rankgate.report.junit import render_comparison_junit
 from rankgate.report.markdown import render_comparison_markdown
 from rankgate.stats import CORRECTIONS, DEFAULT_PERMUTATIONS
 
@@ -105,7 +106,7 @@ def add_parser(commands: Any) -> None:
         default=0.0,
         help="practical margin: flag only deltas beyond it, in the metric's units (default 0)",
     )
-    add_report_options(parser, ("table", "json", "markdown"))
+    add_report_options(parser, ("table", "json", "markdown", "junit"))
     parser.add_argument(
         "--per-query",
         action="store_true",
@@ -162,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         text = render_json(comparison_report(comparison, per_query=args.per_query))
     elif args.report_format == "markdown":
         text = render_comparison_markdown(comparison)
+    elif args.report_format == "junit":
+        text = render_comparison_junit(comparison)
     else:
         text = render_comparison(comparison, style if args.output is None else Style(False))
     write_report(text, args.output, render_comparison_verdict(comparison, style))

@@ -30,6 +30,8 @@ from rankgate.io import TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.json_report import eval_report, render_json
+from rankgate.report.junit import render_eval_junit
+from rankgate.report.markdown import render_eval_markdown
 
 
 def add_parser(commands: Any) -> None:
@@ -48,7 +50,7 @@ def add_parser(commands: Any) -> None:
         "--run", type=Path, help="TREC run file (with --qrels) instead of a trace file"
     )
     parser.add_argument("--qrels", type=Path, help="TREC qrels file for --run")
-    add_report_options(parser, ("table", "json"))
+    add_report_options(parser, ("table", "json", "markdown", "junit"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
     add_scoring_options(parser)
     parser.set_defaults(handler=run)
@@ -81,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     style = style_for(sys.stdout, args.color)
     if args.report_format == "json":
         text = render_json(eval_report(evaluation, sources, per_query=args.per_query))
+    elif args.report_format == "markdown":
+        text = render_eval_markdown(evaluation, sources)
+    elif args.report_format == "junit":
+        text = render_eval_junit(evaluation, sources)
     else:
         # A report written to a file never carries terminal colour codes.
         text = render_table(evaluation, sources, style if args.output is None else Style(False))

@@ -6,12 +6,16 @@ table, open a link or inject HTML, which GitHub's renderer would otherwise honou
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 
 from rankgate.compare import CandidateResult, Cell, Comparison
+from rankgate.evaluate import Evaluation
 from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, format_p
+from rankgate.report.numbers import format_against, format_threshold
 
-__all__ = ["escape_markdown", "render_comparison_markdown"]
+__all__ = ["escape_markdown", "render_comparison_markdown", "render_eval_markdown"]
 
 # Characters with a meaning in GitHub-flavoured Markdown tables and inline text.
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~&])")
@@ -100,3 +104,86 @@ def _table(cells: list[Cell]) -> list[str]:
 def _code(text: str) -> str:
     """Text for inside a code span: backticks and line breaks cannot end or break it."""
     return " ".join(text.replace("`", "'").split())
+
+
+def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
+    """Verdict, the gate table with margins, the overall means, and segments collapsed."""
+    summary = evaluation.summary
+    failed = sum(not o.passed for o in evaluation.gates)
+    failed += sum(not c.passed for c in evaluation.coverage_checks)
+    checks = len(evaluation.gates) + len(evaluation.coverage_checks)
+    verdict = "PASS" if evaluation.passed else "FAIL"
+    named = ", ".join(f"`{_code(source)}`" for source in sources)
+    lines = [
+        f"### rankgate eval · {named}",
+        "",
+        f"**{verdict}** · {checks - failed} of {checks} checks passed · "
+        f"{summary.read} records read, {summary.scored} scored, "
+        f"{sum(summary.skipped.values())} skipped ("
+        + ", ".join(f"{reason} {count}" for reason, count in summary.skipped.items())
+        + ")"
+        + ("" if summary.coverage is None else f" · annotation coverage {summary.coverage:.1%}"),
+        "",
+    ]
+    gated = sorted(
+        evaluation.gates,
+        key=lambda o: (o.passed, o.margin if o.margin is not None else float("-inf")),
+    )
+    if gated:
+        lines += [
+            "| | segment | gate | value | margin | queries |",
+            "|---|---|---|--:|--:|--:|",
+        ]
+        for outcome in gated:
+            mark = {"pass": "✅", "fail": "❌", "insufficient": "➖"}[outcome.status]
+            if outcome.status == "insufficient" and not outcome.passed:
+                mark = "❌"
+            where = "overall" if outcome.segment is None else str(outcome.segment)
+            value = (
+                "n/a"
+                if outcome.value is None
+                else format_against(outcome.value, outcome.gate.threshold, 4)
+            )
+            margin = "n/a" if outcome.margin is None else f"{outcome.margin:+.4f}"
+            lines.append(
+                f"| {mark} | {escape_markdown(where)} | {outcome.gate.metric} "
+                f"{escape_markdown(outcome.gate.op)} {format_threshold(outcome.gate.threshold)} "
+                f"| {value} | {margin} | {outcome.scored} |"
+            )
+        lines.append("")
+    for check in evaluation.coverage_checks:
+        where = "overall" if check.segment is None else str(check.segment)
+        coverage = "n/a" if check.coverage is None else f"{check.coverage:.1%}"
+        mark = "✅" if check.passed else "❌"
+        lines.append(
+            f"- {mark} {escape_markdown(where)}: annotation coverage {coverage} "
+            f"(minimum {check.minimum:.0%})"
+        )
+    if evaluation.coverage_checks:
+        lines.append("")
+    lines += ["| metric | mean | 95% interval |", "|---|--:|--:|"]
+    for spec, mean in evaluation.means.items():
+        low, high = evaluation.intervals[spec]
+        interval = "" if math.isnan(low) else f"[{low:.4f}, {high:.4f}]"
+        shown = "n/a" if math.isnan(mean) else f"{mean:.4f}"
+        lines.append(f"| {spec} | {shown} | {interval} |")
+    if evaluation.segments:
+        metrics = list(evaluation.metrics)
+        lines += [
+            "",
+            "<details><summary>Every segment</summary>",
+            "",
+            "| segment | queries | coverage | " + " | ".join(map(str, metrics)) + " |",
+            "|---|--:|--:|" + "--:|" * len(metrics),
+        ]
+        for group in evaluation.segments:
+            coverage = "n/a" if group.coverage is None else f"{group.coverage:.0%}"
+            means = " | ".join(
+                "n/a" if math.isnan(group.means[spec]) else f"{group.means[spec]:.4f}"
+                for spec in metrics
+            )
+            lines.append(
+                f"| {escape_markdown(group.name)} | {group.scored} | {coverage} | {means} |"
+            )
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
