@@ -417,3 +417,44 @@ def test_largest_losses_and_per_query_rows() -> None:
         "mrr delta": -0.75,
     }
     assert [row["mrr delta"] for row in rows] == [-0.75, -0.5, 0.0]
+
+
+def test_every_record_is_accounted_for(tmp_path: Path) -> None:
+    side_one = tmp_path / "one.jsonl"
+    side_one.write_text(
+        "\n".join(
+            [
+                '{"query_id": "a", "retrieved_ids": ["x"], "relevant_ids": ["x"]}',
+                '{"query_id": "b", "retrieved_ids": "bad"}',
+                '{"query_id": "a", "retrieved_ids": ["y"]}',
+                '{"query_id": "c", "retrieved_ids": ["x"]}',
+                '{"query_id": "d", "retrieved_ids": ["x"], "relevant_ids": []}',
+                "not json",
+                '{"query_id": "f", "retrieved_ids": ["x"]}',
+            ]
+        )
+        + "\n"
+    )
+    side_two = tmp_path / "two.jsonl"
+    side_two.write_text(
+        "".join(f'{{"query_id": "{q}", "retrieved_ids": ["x"]}}\n' for q in ("a", "c", "d", "e"))
+    )
+    comparison = compare(
+        str(side_one), str(side_two), metrics=["mrr"], settings=Settings(on_invalid="skip")
+    )
+    result = comparison.results[0]
+    pairing = result.pairing
+    one, two = str(side_one), str(side_two)
+    assert comparison.read == {one: 7, two: 4}
+    assert comparison.invalid == {one: 3, two: 0}
+    # Every record read is invalid, paired, or on one side only...
+    assert comparison.read[one] == comparison.invalid[one] + pairing.paired + pairing.baseline_only
+    assert comparison.read[two] == comparison.invalid[two] + pairing.paired + pairing.candidate_only
+    # ...and every paired query is scored or skipped under a reason.
+    summary = result.candidate.summary
+    assert pairing.paired == summary.read == summary.scored + sum(summary.skipped.values())
+    assert (summary.scored, summary.skipped["unlabeled"], summary.skipped["no_relevant"]) == (
+        1,
+        1,
+        1,
+    )

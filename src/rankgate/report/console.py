@@ -292,10 +292,18 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
     lines = [
         style.bold("rankgate compare") + f"  baseline {comparison.baseline}",
         f"{TEST_NAMES[significance.test]} · {CORRECTION_NAMES[significance.correction]} "
-        f"correction over {cells} cells · alpha {significance.alpha:g} · margin "
+        f"correction over {_count(cells, 'cell')} · alpha {significance.alpha:g} · margin "
         f"{significance.margin:g} · 95% BCa intervals of the delta "
         f"({comparison.settings.resamples} resamples, seed {comparison.settings.seed})",
     ]
+    lines.append(
+        "records read: "
+        + ", ".join(
+            f"{name} {count}"
+            + (f" ({comparison.invalid[name]} invalid)" if comparison.invalid.get(name) else "")
+            for name, count in comparison.read.items()
+        )
+    )
     if comparison.labels_source is not None:
         lines.append(f"labels from {comparison.labels_source} and the traces that carry them")
     if comparison.invalid_examples:
