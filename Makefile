@@ -21,9 +21,13 @@ $(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@ $(CORE)
 
-## demo: score the bundled example traces against the example gates
+DEMO_HTML ?= build/demo-report.html
+
+## demo: score the bundled example traces against the example gates; the HTML report goes to
+## $(DEMO_HTML)
 demo: $(CORE)
-	$(BIN)/rankgate eval examples/traces.jsonl --config examples/rankgate.toml
+	@mkdir -p $(dir $(DEMO_HTML))
+	$(BIN)/rankgate eval examples/traces.jsonl --config examples/rankgate.toml --html $(DEMO_HTML)
 
 ## test: lint, type-check and run the whole test suite
 test: $(DEV) check
@@ -42,4 +46,4 @@ docs: $(CORE)
 	$(BIN)/rankgate metrics --format markdown > docs/metrics.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build src/*.egg-info
+	rm -rf $(VENV) build test-output .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

@@ -65,7 +65,7 @@ ProgressCallback = Callable[[str, int], None]
 UNPAIRED_EXAMPLES_KEPT = 20
 # Two per-query values closer than this are a tie: the same ranking scored twice gives the same
 # value, but a sum taken in another order may differ in the last bits.
-_TIE = 1e-12
+TIE_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +219,11 @@ class CandidateResult:
             members = np.asarray(self.segments[cell.segment.field], dtype=object)
             deltas = np.where(members == cell.segment.value, deltas, 0.0)
         order = np.argsort(deltas, kind="stable")[:count]
-        return [(self.baseline.query_ids[i], float(deltas[i])) for i in order if deltas[i] < -_TIE]
+        return [
+            (self.baseline.query_ids[i], float(deltas[i]))
+            for i in order
+            if deltas[i] < -TIE_TOLERANCE
+        ]
 
     @property
     def gate_failures(self) -> tuple[GateOutcome, ...]:
@@ -775,7 +779,7 @@ def _cell(
     resamples: int,
 ) -> Cell:
     deltas = after - before
-    deltas[np.abs(deltas) <= _TIE] = 0.0
+    deltas[np.abs(deltas) <= TIE_TOLERANCE] = 0.0
     baseline_mean = math.fsum(before.tolist()) / len(before)
     candidate_mean = math.fsum(after.tolist()) / len(after)
     delta = candidate_mean - baseline_mean

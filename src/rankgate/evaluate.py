@@ -38,6 +38,7 @@ from rankgate.segments import (
 from rankgate.spec import MetricSpec, make_metric, parse_metric, parse_metric_list
 from rankgate.stale import LabelFilter
 from rankgate.stats import DEFAULT_RESAMPLES
+from rankgate.worst import QueryExample, WorstQueries
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -56,6 +57,11 @@ OnInvalid = Literal["fail", "skip"]
 ProgressCallback = Callable[[int, int, int | None], None]
 
 BATCH_QUERIES = 65_536
+# Smaller batches while rankings are held for the worst-queries list, to bound what waits in memory.
+BATCH_QUERIES_HOLDING = 8_192
+# Ranks shown per worst query: the deepest cutoff requested, within these bounds.
+WORST_DEPTH_DEFAULT = 10
+WORST_DEPTH_MAX = 50
 DEFAULT_JUDGED_DEPTH = 10
 INVALID_EXAMPLES_KEPT = 10
 PROGRESS_EVERY = 4096
@@ -159,6 +165,7 @@ class Evaluation:
     coverage_checks: tuple[CoverageOutcome, ...] = ()
     policy: GatePolicy = field(default_factory=GatePolicy)
     judged: MetricSpec | None = None
+    examples: tuple[QueryExample, ...] = ()
 
     @property
     def judged_mean(self) -> float:
@@ -246,6 +253,7 @@ def evaluate(
     policy: GatePolicy | None = None,
     input_format: str | None = None,
     progress: ProgressCallback | None = None,
+    worst: int = 0,
 ) -> Evaluation:
     """Score recorded traces and check gates.
 
@@ -262,6 +270,8 @@ def evaluate(
         input_format: force a reader (``json``, ``parquet``, ``csv``, ``tsv``).
         progress: called now and then with (records read, units done, units in total or None);
             the unit is the source's own (bytes of a file, rows of a table).
+        worst: keep this many lowest-scoring queries per requested metric with their rankings
+            (``Evaluation.examples``), for reports; 0 keeps none.
 
     Raises:
         InputError: a record is malformed and ``settings.on_invalid`` is ``"fail"``.
@@ -283,7 +293,11 @@ def evaluate(
     source: TraceSource = open_source(traces, input_format)
     cutoffs = [spec.k for spec in requested if spec.k is not None]
     judged = make_metric("judged", max(cutoffs, default=DEFAULT_JUDGED_DEPTH))
-    accumulator = _Accumulator(requested, settings, segment_fields, judged)
+    if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
+        raise UsageError(f"worst must be a whole number >= 0, not {worst!r}")
+    depth = min(max(cutoffs, default=WORST_DEPTH_DEFAULT), WORST_DEPTH_MAX)
+    tracker = WorstQueries(requested, worst, depth, settings.relevance_threshold)
+    accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker)
     for raw in source:
         accumulator.take(raw)
         if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
@@ -323,6 +337,7 @@ class _Accumulator:
         settings: Settings,
         segment_fields: tuple[str, ...],
         judged: MetricSpec,
+        worst: WorstQueries,
     ) -> None:
         self.metrics = metrics
         self.judged = judged
@@ -344,6 +359,8 @@ class _Accumulator:
         }
         self.builder = BatchBuilder()
         self.batch_start = 0
+        self.worst = worst
+        self.batch_limit = BATCH_QUERIES_HOLDING if worst.active else BATCH_QUERIES
 
     def take(self, raw: Any) -> None:
         self.read += 1
@@ -396,7 +413,8 @@ class _Accumulator:
             {key: value for key, value in trace.attributes.items() if isinstance(value, _SCALARS)}
         )
         self.forced_zero.append(not has_relevant)
-        if len(self.builder) >= BATCH_QUERIES:
+        self.worst.hold(trace.query_id, trace.retrieved_ids, grades, trace.attributes)
+        if len(self.builder) >= self.batch_limit:
             self.flush()
 
     def _counts(self, key: SegmentKey) -> GroupCounts:
@@ -411,12 +429,15 @@ class _Accumulator:
         batch = self.builder.build()
         zero = np.asarray(self.forced_zero[self.batch_start :], dtype=np.bool_)
         defaults = {"rel": self.settings.relevance_threshold}
+        batch_values: dict[MetricSpec, npt.NDArray[np.float64]] = {}
         for spec in self.computed:
             values = spec.compute(batch, defaults)
             # Under empty_relevant="zero" a query with nothing relevant scores 0 on every metric,
             # whatever positive grades below the threshold would otherwise contribute.
             values[zero] = 0.0
             self.values[spec].append(values)
+            batch_values[spec] = values
+        self.worst.settle(batch_values)
         self.batch_start = len(self.query_ids)
         self.builder = BatchBuilder()
 
@@ -462,4 +483,5 @@ class _Accumulator:
             coverage_checks=coverage,
             policy=policy,
             judged=self.judged,
+            examples=self.worst.examples(),
         )

@@ -17,12 +17,20 @@ from rankgate.cli.options import (
     policy_from,
     settings_from,
 )
-from rankgate.cli.terminal import EXIT_FAILED, EXIT_OK, ProgressBar, style_for, write_report
+from rankgate.cli.terminal import (
+    EXIT_FAILED,
+    EXIT_OK,
+    ProgressBar,
+    style_for,
+    write_extra_report,
+    write_report,
+)
 from rankgate.compare import TESTS, Significance, compare
 from rankgate.errors import UsageError
 from rankgate.io import TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_comparison, render_comparison_verdict
+from rankgate.report.html import render_comparison_html
 from rankgate.report.json_report import comparison_report, render_json
 from rankgate.report.junit import render_comparison_junit
 from rankgate.report.markdown import render_comparison_markdown
@@ -106,7 +114,7 @@ def add_parser(commands: Any) -> None:
         default=0.0,
         help="practical margin: flag only deltas beyond it, in the metric's units (default 0)",
     )
-    add_report_options(parser, ("table", "json", "markdown", "junit"))
+    add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
     parser.add_argument(
         "--per-query",
         action="store_true",
@@ -165,9 +173,13 @@ def run(args: argparse.Namespace) -> int:
         text = render_comparison_markdown(comparison)
     elif args.report_format == "junit":
         text = render_comparison_junit(comparison)
+    elif args.report_format == "html":
+        text = render_comparison_html(comparison)
     else:
         text = render_comparison(comparison, style if args.output is None else Style(False))
     write_report(text, args.output, render_comparison_verdict(comparison, style))
+    if args.html is not None:
+        write_extra_report(render_comparison_html(comparison), args.html)
     return EXIT_OK if comparison.passed else EXIT_FAILED
 
 

@@ -11,6 +11,7 @@ from rankgate.cli.options import (
     add_report_options,
     add_scoring_options,
     check_common,
+    first,
     gates_from,
     load_project_config,
     metrics_from,
@@ -22,6 +23,7 @@ from rankgate.cli.terminal import (
     EXIT_OK,
     ProgressBar,
     style_for,
+    write_extra_report,
     write_report,
 )
 from rankgate.errors import UsageError
@@ -29,6 +31,7 @@ from rankgate.evaluate import evaluate
 from rankgate.io import TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_table, render_verdict
+from rankgate.report.html import render_eval_html
 from rankgate.report.json_report import eval_report, render_json
 from rankgate.report.junit import render_eval_junit
 from rankgate.report.markdown import render_eval_markdown
@@ -50,10 +53,30 @@ def add_parser(commands: Any) -> None:
         "--run", type=Path, help="TREC run file (with --qrels) instead of a trace file"
     )
     parser.add_argument("--qrels", type=Path, help="TREC qrels file for --run")
-    add_report_options(parser, ("table", "json", "markdown", "junit"))
+    add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
+    parser.add_argument(
+        "--worst",
+        type=_count,
+        metavar="N",
+        help=f"HTML: list the N lowest-scoring queries per metric with their rankings "
+        f"(default {DEFAULT_WORST})",
+    )
     add_scoring_options(parser)
     parser.set_defaults(handler=run)
+
+
+DEFAULT_WORST = 20
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     traces, sources = _traces(args)
     label = sources[0] if len(sources) == 1 else " + ".join(sources)
+    html = args.report_format == "html" or args.html is not None
     bar = ProgressBar(label, sys.stderr, enabled=not args.no_progress)
     try:
         evaluation = evaluate(
@@ -76,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             policy=policy,
             input_format=args.input_format,
             progress=bar.update,
+            worst=first(args.worst, DEFAULT_WORST) if html else 0,
         )
     finally:
         bar.close()
@@ -87,10 +112,14 @@ def run(args: argparse.Namespace) -> int:
         text = render_eval_markdown(evaluation, sources)
     elif args.report_format == "junit":
         text = render_eval_junit(evaluation, sources)
+    elif args.report_format == "html":
+        text = render_eval_html(evaluation, sources)
     else:
         # A report written to a file never carries terminal colour codes.
         text = render_table(evaluation, sources, style if args.output is None else Style(False))
     write_report(text, args.output, render_verdict(evaluation, style))
+    if args.html is not None:
+        write_extra_report(render_eval_html(evaluation, sources), args.html)
     return EXIT_OK if evaluation.passed else EXIT_FAILED
 
 
@@ -98,6 +127,8 @@ def _check_combination(args: argparse.Namespace) -> None:
     check_common(args)
     if args.per_query and args.report_format != "json":
         raise UsageError("--per-query applies to --format json")
+    if args.worst is not None and args.report_format != "html" and args.html is None:
+        raise UsageError("--worst applies to HTML reports (--format html or --html PATH)")
     if args.input_format is not None and (args.run is not None or args.qrels is not None):
         raise UsageError("--input-format does not apply to --run/--qrels (TREC files)")
 

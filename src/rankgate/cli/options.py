@@ -160,12 +160,22 @@ def add_report_options(parser: argparse.ArgumentParser, formats: tuple[str, ...]
         type=Path,
         help="write the report to this file; the terminal still gets the verdict",
     )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="PATH",
+        help="also write the HTML report to PATH, whatever --format is (for CI artifacts)",
+    )
 
 
 def check_common(args: argparse.Namespace) -> None:
     """Options that cannot mean anything together are an error, not silently ignored."""
     if args.config is not None and args.no_config:
         raise UsageError("--config and --no-config contradict each other")
+    if args.html is not None and args.report_format == "html":
+        raise UsageError("--format html already writes HTML; use --output for its path")
+    if args.html is not None and args.output is not None and args.html == args.output:
+        raise UsageError("--html and --output name the same file")
     seen: dict[tuple[str, str], str] = {}
     for text in args.gate:
         gate = parse_gate(text)

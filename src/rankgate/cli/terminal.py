@@ -18,6 +18,7 @@ __all__ = [
     "ProgressBar",
     "abort",
     "style_for",
+    "write_extra_report",
     "write_report",
     "write_stdout",
 ]
@@ -53,6 +54,16 @@ def write_report(text: str, output: Path | None, verdict: str) -> None:
     except OSError as problem:
         raise UsageError(f"{output}: cannot write report ({problem.strerror})") from None
     write_stdout(f"{verdict}\nreport written to {output}\n")
+
+
+def write_extra_report(text: str, output: Path) -> None:
+    """A second report (``--html``) to a file; the notice goes to stderr so stdout stays the main
+    report's."""
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as problem:
+        raise UsageError(f"{output}: cannot write report ({problem.strerror})") from None
+    sys.stderr.write(f"HTML report written to {output}\n")
 
 
 def style_for(stream: TextIO, choice: str) -> Style:
