@@ -269,3 +269,92 @@ def test_report_size_stays_small_at_100k_queries() -> None:
     assert evaluation.summary.scored == 100_000
     assert len(page.encode("utf-8")) < 1_000_000
     assert len(re.findall(r"<tr", page)) < 500
+
+
+def test_every_gate_on_a_metric_is_drawn_and_any_miss_shows(
+    cli: RunCli, traces: Path, tmp_path: Path
+) -> None:
+    page_path = tmp_path / "two.html"
+    mean = cli("eval", traces, "-m", "ndcg@10", "--format", "json").json()["metrics"]["ndcg@10"]
+    # An upper bound just under the overall mean: overall misses it, some segments may not.
+    ceiling = round(mean - 0.01, 4)
+    gates = ["--segment-by", "query_type", "-g", "ndcg@10>=0.1", "-g", f"ndcg@10<={ceiling}"]
+    report = cli("eval", traces, *gates, "--format", "json").json()
+    cli("eval", traces, *gates, "--format", "html", "-o", page_path)
+    doc = parse(page_path.read_text(encoding="utf-8"))
+    (chart,) = doc.cssselect("figure#chart-segment-0")
+    rows = chart.cssselect("details tbody tr")
+    by_group = {row[0].text_content(): row for row in rows}
+    for group in ["overall", *(f"query_type={s['segment']['value']}" for s in report["segments"])]:
+        row = by_group[group]
+        assert row[3].text_content() == f">= 0.1, <= {ceiling:g}"
+        outcomes = [
+            g
+            for g in report["gates"]
+            if ("overall" if g["segment"] is None else f"query_type={g['segment']['value']}")
+            == group
+        ]
+        failed = any(not g["passed"] for g in outcomes)
+        assert (row[4].text_content() == "fail") == failed
+    # Two threshold marks per bar, plus the legend's.
+    marks = chart.cssselect("svg > line.threshold")
+    assert len(marks) == 2 * len(rows)
+    assert any(not g["passed"] for g in report["gates"])
+
+
+def test_many_segments_chart_the_misses_and_table_them_all(
+    cli: RunCli, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    baseline, _, _ = ab_traces(queries=400)
+    rows = [{**row, "bucket": f"b{i % 80}"} for i, row in enumerate(baseline)]
+    traces = write_jsonl(rows, "many.jsonl")
+    page_path = tmp_path / "many.html"
+    args = ["--segment-by", "bucket", "-g", "ndcg@10>=0.55", "--min-queries", "1"]
+    report = cli("eval", traces, *args, "--format", "json").json()
+    cli("eval", traces, *args, "--format", "html", "-o", page_path)
+    doc = parse(page_path.read_text(encoding="utf-8"))
+    (chart,) = doc.cssselect("figure#chart-segment-0")
+    charted = [row[0].text_content() for row in chart.cssselect("details tbody tr")]
+    assert len(charted) == 30 and charted[0] == "overall"
+    missed = {
+        f"bucket={g['segment']['value']}"
+        for g in report["gates"]
+        if g["segment"] and not g["passed"]
+    }
+    assert missed and (missed <= set(charted) or len(missed) >= 29)
+    assert len(doc.cssselect("#segments tbody tr")) == 81
+
+
+def test_broken_unicode_and_long_ids_neither_crash_nor_sprawl(
+    cli: RunCli, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    long_id = "d" * 500
+    lines = [
+        '{"query_id": "\\ud800bad", "retrieved_ids": ["\\udfffx", "'
+        + long_id
+        + '"], "relevant_ids": ["'
+        + long_id
+        + '"]}'
+    ]
+    traces = write_jsonl(lines, "odd.jsonl")
+    page_path = tmp_path / "odd.html"
+    result = cli("eval", traces, "--format", "json", "--html", page_path)
+    assert result.code == 0, result.err
+    text = page_path.read_text(encoding="utf-8")
+    assert "\\ud800bad" in text
+    doc = parse(text)
+    (clipped,) = [
+        span for span in doc.cssselect("#worst span[title]") if span.get("title") == long_id
+    ]
+    assert len(clipped.text_content()) <= 80
+
+
+def test_html_and_output_may_not_name_one_file_two_ways(
+    cli: RunCli, traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    failed = cli(
+        "eval", traces, "--format", "json", "-o", "same.out", "--html", tmp_path / "same.out"
+    )
+    assert failed.code == 2
+    assert "name the same file" in failed.err

@@ -168,8 +168,8 @@ def test_demo_report_renders_sorts_filters_and_is_screenshotted(
         assert chart["width"] > 100 and chart["height"] > 50 and chart["drawn"] > 5
 
     # Sorting: the worst-queries table starts worst-first on ndcg@10, then sorts on each click.
-    # Columns: query ID, query, query_type, retriever, ndcg@5, ndcg@10, mrr, ...
-    ndcg10 = numbers(column(browser, "worst", 5))
+    # Columns: query ID, query, query_type, retriever, first ranks, missed, ndcg@5, ndcg@10, mrr
+    ndcg10 = numbers(column(browser, "worst", 7))
     assert ndcg10 == sorted(ndcg10) and ndcg10[0] < ndcg10[-1]
     click_header(browser, "worst", "query ID")
     ids = column(browser, "worst", 0)
@@ -177,9 +177,9 @@ def test_demo_report_renders_sorts_filters_and_is_screenshotted(
     click_header(browser, "worst", "query ID")
     assert column(browser, "worst", 0) == sorted(ids, key=str.lower, reverse=True)
     click_header(browser, "worst", "mrr")
-    mrr = numbers(column(browser, "worst", 6))
+    mrr = numbers(column(browser, "worst", 8))
     assert mrr == sorted(mrr) and mrr[0] < mrr[-1]
-    header = browser.find_element(By.XPATH, "//table[@id='worst']/thead/tr/th[7]")
+    header = browser.find_element(By.XPATH, "//table[@id='worst']/thead/tr/th[9]")
     assert header.get_attribute("aria-sort") == "ascending"
 
     # Filtering on a query ID leaves that query's row alone.

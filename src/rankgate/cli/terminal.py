@@ -50,7 +50,8 @@ def write_report(text: str, output: Path | None, verdict: str) -> None:
         write_stdout(text)
         return
     try:
-        output.write_text(text, encoding="utf-8")
+        # A lone surrogate from a broken trace ID is written escaped, never a crash mid-report.
+        output.write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as problem:
         raise UsageError(f"{output}: cannot write report ({problem.strerror})") from None
     write_stdout(f"{verdict}\nreport written to {output}\n")
@@ -60,7 +61,7 @@ def write_extra_report(text: str, output: Path) -> None:
     """A second report (``--html``) to a file; the notice goes to stderr so stdout stays the main
     report's."""
     try:
-        output.write_text(text, encoding="utf-8")
+        output.write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as problem:
         raise UsageError(f"{output}: cannot write report ({problem.strerror})") from None
     sys.stderr.write(f"HTML report written to {output}\n")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rankgate.compare import CandidateResult, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
-from rankgate.report.numbers import format_against, format_threshold
+from rankgate.report.numbers import format_against, format_margin, format_threshold
 from rankgate.segments import Group
 
 __all__ = [
@@ -273,8 +273,7 @@ def _miss(outcome: GateOutcome) -> str:
 
 
 def _signed(margin: float) -> str:
-    """A margin with its sign, never a misleading "-0.0000" for a tiny miss."""
-    return ("-" if margin < 0 else "+") + format_against(abs(margin), 0.0, 4)
+    return format_margin(margin)
 
 
 # --- comparisons ----------------------------------------------------------------------------------

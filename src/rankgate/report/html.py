@@ -27,9 +27,9 @@ from rankgate.compare import TIE_TOLERANCE, CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
 from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, format_p
-from rankgate.report.numbers import format_against, format_threshold
+from rankgate.report.numbers import format_against, format_margin, format_threshold
 from rankgate.report.svg import Bar, Interval, Split, bar_chart, forest_plot, histogram, split_bars
-from rankgate.segments import segment_value
+from rankgate.segments import Group, segment_value
 from rankgate.spec import MetricSpec
 from rankgate.worst import QueryExample
 
@@ -37,12 +37,16 @@ __all__ = ["render_comparison_html", "render_eval_html"]
 
 # Queries listed per metric under "queries that moved most", each way.
 MOVED_SHOWN = 10
+# Groups drawn in one per-segment chart; the table lists every group.
+CHARTED_GROUPS = 30
+# Characters of an ID shown in a table cell; the full ID is in its tooltip.
+ID_SHOWN = 80
 
 _STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1f2328; --muted: #59636e;
   --line: #d1d9e0; --card: #f6f8fa; --pass: #1a7f37; --fail: #cf222e; --warn: #9a6700;
   --neutral: #0969da; --tie: #8c959f; --mark: #fff8c5; --threshold: #8250df; }
-@media (prefers-color-scheme: dark) { :root { --bg: #0d1117; --fg: #e6edf3; --muted: #9198a1;
+@media screen and (prefers-color-scheme: dark) { :root { --bg: #0d1117; --fg: #e6edf3; --muted: #9198a1;
   --line: #3d444d; --card: #151b23; --pass: #3fb950; --fail: #f85149; --warn: #d29922;
   --neutral: #4493f8; --tie: #6e7681; --mark: #3b2e00; --threshold: #d2a8ff; } }
 @media print { :root { --bg: #ffffff; --fg: #000000; --muted: #333333; --line: #999999;
@@ -86,7 +90,8 @@ svg.chart .marker.improvement { fill: var(--pass); } svg.chart .whisker.regressi
 svg.chart .whisker.improvement { stroke: var(--pass); }
 svg.chart text.value.regression { fill: var(--fail); } svg.chart text.value.improvement { fill: var(--pass); }
 svg.chart .split.win { fill: var(--pass); } svg.chart .split.tie { fill: var(--tie); }
-svg.chart .split.loss { fill: var(--fail); } svg.chart .split-text { fill: #ffffff; }
+svg.chart .split.loss { fill: var(--fail); }
+svg.chart .split-text { fill: var(--fg); stroke: var(--bg); stroke-width: 3px; paint-order: stroke; }
 details > summary { cursor: pointer; color: var(--muted); }
 ol.ranks { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: 3px;
   min-width: 340px; } ol.ranks li { border: 1px solid var(--line); border-radius: 4px;
@@ -96,7 +101,7 @@ ol.ranks li.relevant { background: var(--mark); border-color: var(--pass); font-
 li.relevant::after { content: " \\2713 " attr(data-grade); color: var(--pass); }
 li.unjudged { color: var(--muted); border-style: dashed; }
 li.judged-zero .doc { text-decoration: line-through; }
-ul.missed { margin: 0; padding-left: 18px; }
+ul.missed { margin: 0; padding-left: 18px; } ul.missed li { white-space: nowrap; }
 input.filter { font: inherit; padding: 4px 8px; min-width: 260px; color: var(--fg);
   background: var(--card); border: 1px solid var(--line); border-radius: 6px; }
 .scroll { overflow-x: auto; } #worst td:nth-child(2) { min-width: 180px; } caption { text-align: left; }
@@ -164,7 +169,7 @@ def _sha256(text: str) -> str:
 # Only this page's own stylesheet and script may apply; everything else is refused by the browser.
 _POLICY = (
     f"default-src 'none'; style-src 'sha256-{_sha256(_STYLE)}'; "
-    f"script-src 'sha256-{_sha256(_SCRIPT)}'; img-src data:; base-uri 'none'; form-action 'none'"
+    f"script-src 'sha256-{_sha256(_SCRIPT)}'; base-uri 'none'; form-action 'none'"
 )
 
 
@@ -284,7 +289,8 @@ def _eval_verdict(evaluation: Evaluation) -> str:
     detail = f"{passed} of {checks} checks passed" if checks else "no gates set"
     worst = ""
     if failed:
-        miss = min(failed, key=lambda o: o.margin if o.margin is not None else -math.inf)
+        # The miss furthest on the wrong side of its threshold, whichever way the gate points.
+        miss = max(failed, key=lambda o: abs(o.margin) if o.margin is not None else math.inf)
         worst = " · worst miss: " + _gate_text(miss)
     elif coverage_failed:
         worst = f" · annotation coverage below its minimum in {len(coverage_failed)} group(s)"
@@ -305,7 +311,7 @@ def _gate_text(outcome: GateOutcome) -> str:
     value = (
         "no value" if outcome.value is None else format_against(outcome.value, gate.threshold, 4)
     )
-    margin = "" if outcome.margin is None else f" (margin {outcome.margin:+.4f})"
+    margin = "" if outcome.margin is None else f" (margin {format_margin(outcome.margin)})"
     return f"{_where(outcome)} {gate.metric} {value}, needs {gate.op} {format_threshold(gate.threshold)}{margin}"
 
 
@@ -331,7 +337,8 @@ def _gates_section(evaluation: Evaluation) -> str:
             + _td(outcome.statistic.replace("_", " "))
             + _td_num(outcome.value, text=value)
             + _td_num(
-                outcome.margin, text=None if outcome.margin is None else f"{outcome.margin:+.4f}"
+                outcome.margin,
+                text=None if outcome.margin is None else format_margin(outcome.margin),
             )
             + _td_num(outcome.scored, 0, text=f"{outcome.scored:,}")
             + "</tr>"
@@ -376,48 +383,79 @@ def _gates_section(evaluation: Evaluation) -> str:
     return f"<section><h2>Gates</h2>{table}{insufficient}{coverage}</section>"
 
 
-def _means_section(evaluation: Evaluation) -> str:
-    overall_gates: dict[MetricSpec, GateOutcome] = {}
+def _gate_bar(
+    label: str,
+    mean: float,
+    interval: tuple[float, float],
+    outcomes: Sequence[GateOutcome],
+    scored: int,
+) -> Bar:
+    """A chart bar for one metric of one group, held to every gate it has: it shows as failing
+    when any of them fails."""
+    status = "neutral"
+    if outcomes:
+        if any(not o.passed for o in outcomes):
+            status = "fail"
+        elif any(o.status == "insufficient" for o in outcomes):
+            status = "insufficient"
+        else:
+            status = "pass"
+    notes = []
+    if any(o.status == "insufficient" for o in outcomes):
+        notes.append(f"n={scored}, too few")
+    statistics = sorted({o.statistic for o in outcomes if o.statistic != "mean"})
+    if statistics:
+        notes.append("gated on the " + " and ".join(s.replace("_", " ") for s in statistics))
+    low, high = interval
+    return Bar(
+        label,
+        None if math.isnan(mean) else mean,
+        None if math.isnan(low) else low,
+        None if math.isnan(high) else high,
+        tuple((o.gate.op, o.gate.threshold) for o in outcomes),
+        status,
+        f"({'; '.join(notes)})" if notes else "",
+    )
+
+
+def _outcomes(evaluation: Evaluation) -> dict[tuple[object, MetricSpec], list[GateOutcome]]:
+    """Every gate outcome by (group key, metric)."""
+    found: dict[tuple[object, MetricSpec], list[GateOutcome]] = {}
     for outcome in evaluation.gates:
-        if outcome.segment is None:
-            overall_gates.setdefault(outcome.gate.metric, outcome)
+        found.setdefault((outcome.segment, outcome.gate.metric), []).append(outcome)
+    return found
+
+
+def _means_section(evaluation: Evaluation) -> str:
+    outcomes = _outcomes(evaluation)
     bars = []
     rows = []
     for spec, mean in evaluation.means.items():
-        low, high = evaluation.intervals[spec]
-        gated = overall_gates.get(spec)
-        status = "neutral" if gated is None else ("pass" if gated.passed else "fail")
+        gated = outcomes.get((None, spec), [])
         bars.append(
-            Bar(
-                str(spec),
-                None if math.isnan(mean) else mean,
-                None if math.isnan(low) else low,
-                None if math.isnan(high) else high,
-                None if gated is None else gated.gate.threshold,
-                status,
-            )
+            _gate_bar(str(spec), mean, evaluation.intervals[spec], gated, evaluation.summary.scored)
         )
+        low, high = evaluation.intervals[spec]
         interval = "" if math.isnan(low) else f"[{low:.4f}, {high:.4f}]"
+        gates = ", ".join(f"{o.gate.op} {format_threshold(o.gate.threshold)}" for o in gated)
         rows.append(
             "<tr>"
             + _td(str(spec))
             + _td_num(mean)
             + f'<td class="num">{escape(interval)}</td>'
-            + _td(
-                "" if gated is None else f"{gated.gate.op} {format_threshold(gated.gate.threshold)}"
-            )
+            + _td(gates)
             + "</tr>"
         )
     table = _sortable(
         "means",
-        [("metric", False), ("mean", True), ("95% interval", False), ("overall gate", False)],
+        [("metric", False), ("mean", True), ("95% interval", False), ("overall gates", False)],
         rows,
         f"Means over {evaluation.summary.scored:,} scored queries; intervals are bootstrap "
         f"({evaluation.settings.resamples:,} resamples).",
     )
     chart = bar_chart(
         "chart-means",
-        "Mean of each metric with its 95% interval and overall threshold",
+        "Mean of each metric with its 95% interval and overall thresholds",
         bars,
         "mean over scored queries",
         unit=_unit(evaluation.metrics),
@@ -428,43 +466,30 @@ def _means_section(evaluation: Evaluation) -> str:
 def _segments_section(evaluation: Evaluation) -> str:
     if not evaluation.segments:
         return ""
+    outcomes = _outcomes(evaluation)
     gated = list(dict.fromkeys(o.gate.metric for o in evaluation.gates))
     charts = []
     groups = [evaluation.overall, *evaluation.segments]
     for number, spec in enumerate(gated):
-        bars = []
-        for group in groups:
-            outcome = next(
-                (o for o in evaluation.gates if o.gate.metric == spec and o.segment == group.key),
-                None,
+        charted = _charted_groups(groups, spec, outcomes)
+        bars = [
+            _gate_bar(
+                group.name,
+                group.means.get(spec, math.nan),
+                group.intervals.get(spec, (math.nan, math.nan)),
+                outcomes.get((group.key, spec), []),
+                group.scored,
             )
-            mean = group.means.get(spec, math.nan)
-            low, high = group.intervals.get(spec, (math.nan, math.nan))
-            status = "neutral"
-            note = ""
-            if outcome is not None:
-                status = "fail" if not outcome.passed else outcome.status
-                if outcome.status == "insufficient":
-                    note = f"(n={group.scored}, too few)"
-            bars.append(
-                Bar(
-                    group.name,
-                    None if math.isnan(mean) else mean,
-                    None if math.isnan(low) else low,
-                    None if math.isnan(high) else high,
-                    None if outcome is None else outcome.gate.threshold,
-                    status,
-                    note,
-                )
+            for group in charted
+        ]
+        title = f"{spec} per segment against its thresholds"
+        if len(charted) < len(groups):
+            title += (
+                f" ({len(charted)} of {len(groups)} groups: misses and the closest calls; "
+                "the table below has them all)"
             )
         charts.append(
-            bar_chart(
-                f"chart-segment-{number}",
-                f"{spec} per segment against its threshold",
-                bars,
-                str(spec),
-                unit=_unit([spec]),
-            )
+            bar_chart(f"chart-segment-{number}", title, bars, str(spec), unit=_unit([spec]))
         )
     metrics = list(evaluation.metrics)
     failed = {(o.segment, o.gate.metric) for o in evaluation.gates if not o.passed}
@@ -496,6 +521,25 @@ def _segments_section(evaluation: Evaluation) -> str:
         else ('<p class="note">No gate is set, so no segment is charted against a threshold.</p>')
     )
     return f"<section><h2>Segments</h2>{chart_block}{table}</section>"
+
+
+def _charted_groups(
+    groups: Sequence[Group],
+    spec: MetricSpec,
+    outcomes: dict[tuple[object, MetricSpec], list[GateOutcome]],
+) -> list[Group]:
+    """At most ``CHARTED_GROUPS`` groups for one metric's chart, in report order: overall, then
+    the segments that miss a gate, then those closest to one."""
+    if len(groups) <= CHARTED_GROUPS:
+        return list(groups)
+
+    def urgency(group: Group) -> tuple[int, float]:
+        found = outcomes.get((group.key, spec), [])
+        margins = [abs(o.margin) for o in found if o.margin is not None]
+        return (0 if any(not o.passed for o in found) else 1, min(margins, default=math.inf))
+
+    chosen = {id(g) for g in sorted(groups[1:], key=urgency)[: CHARTED_GROUPS - 1]}
+    return [groups[0], *(g for g in groups[1:] if id(g) in chosen)]
 
 
 def _distributions_section(evaluation: Evaluation) -> str:
@@ -576,15 +620,16 @@ def _worst_section(evaluation: Evaluation) -> str:
     rows = []
     for example in examples:
         attributes = evaluation.attributes[example.index]
-        cells = [f'<td class="id">{escape(example.query_id)}</td>', _td(example.text or "")]
+        cells = [f'<td class="id">{_clipped(example.query_id)}</td>', _td(example.text or "")]
         cells += [_td(segment_value(attributes, name)) for name in fields]
-        cells += [_td_num(float(evaluation.values[spec][example.index])) for spec in metrics]
+        # The rankings before the numbers, so the reason for a low score is on screen first.
         cells.append(f"<td>{_ranks(example)}</td>")
         cells.append(f"<td>{_missed(example)}</td>")
+        cells += [_td_num(float(evaluation.values[spec][example.index])) for spec in metrics]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     header = [("query ID", False), ("query", False), *((name, False) for name in fields)]
-    header += [(str(spec), True) for spec in metrics]
     header += [("first ranks", False), ("relevant, not in them", False)]
+    header += [(str(spec), True) for spec in metrics]
     depth = max((len(e.ranked) for e in examples), default=0)
     table = _sortable(
         "worst",
@@ -592,7 +637,7 @@ def _worst_section(evaluation: Evaluation) -> str:
         rows,
         f"The lowest-scoring queries on each metric ({len(examples)} in all), with the first "
         f"{depth} distinct retrieved IDs, worst {key_metric} first. Click a column to sort.",
-        sorted_by=2 + len(fields) + metrics.index(key_metric),
+        sorted_by=4 + len(fields) + metrics.index(key_metric),
     )
     legend = (
         '<p class="legend note"><span>highlighted ✓ g: relevant, with its grade</span>'
@@ -602,6 +647,14 @@ def _worst_section(evaluation: Evaluation) -> str:
         f"<section><h2>Worst queries</h2>{_filter('worst', len(rows), 'query ID, text, document ID…')}"
         f"{legend}{table}</section>"
     )
+
+
+def _clipped(identifier: str) -> str:
+    """An ID for a table cell, escaped; past ``ID_SHOWN`` characters it is shortened, with the
+    whole ID in a tooltip."""
+    if len(identifier) <= ID_SHOWN:
+        return escape(identifier)
+    return f'<span title="{escape(identifier)}">{escape(identifier[: ID_SHOWN - 1])}…</span>'
 
 
 def _ranks(example: QueryExample) -> str:
@@ -616,7 +669,7 @@ def _ranks(example: QueryExample) -> str:
             css, extra = "judged-zero" if grade == 0 else "below", ""
         items.append(
             f'<li class="{css} id"{extra}><span class="rank">{rank}</span>'
-            f'<span class="doc">{escape(doc)}</span></li>'
+            f'<span class="doc">{_clipped(doc)}</span></li>'
         )
     more = example.retrieved_count - len(example.ranked)
     tail = f'<span class="note">… {more:,} more retrieved</span>' if more > 0 else ""
@@ -630,7 +683,7 @@ def _missed(example: QueryExample) -> str:
     missed = [(doc, grade) for doc, grade in example.relevant if doc not in shown]
     if not missed:
         return '<span class="note">none</span>'
-    items = "".join(f'<li class="id">{escape(doc)} (g{grade:g})</li>' for doc, grade in missed)
+    items = "".join(f'<li class="id">{_clipped(doc)} (g{grade:g})</li>' for doc, grade in missed)
     hidden = example.relevant_count - len(example.relevant)
     tail = f'<span class="note">… {hidden:,} more relevant</span>' if hidden > 0 else ""
     return f'<ul class="missed">{items}</ul>{tail}'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["format_against", "format_threshold"]
+__all__ = ["format_against", "format_margin", "format_threshold"]
 
 _MAX_DIGITS = 12
 
@@ -23,3 +23,8 @@ def format_threshold(threshold: float) -> str:
     """A threshold as the user wrote it: the shortest text that reads back as the same float."""
     text = repr(float(threshold))
     return text.removesuffix(".0") if text.endswith(".0") else text
+
+
+def format_margin(margin: float) -> str:
+    """A margin with its sign, never a misleading "-0.0000" for a tiny miss."""
+    return ("-" if margin < 0 else "+") + format_against(abs(margin), 0.0, 4)

@@ -41,14 +41,15 @@ _LABEL_MAX = 34  # characters of a row label shown before it is shortened
 
 @dataclass(frozen=True, slots=True)
 class Bar:
-    """One row of a bar chart: a value, its interval, the threshold it is held to, and a status
-    (``pass``, ``fail``, ``insufficient`` or ``neutral``)."""
+    """One row of a bar chart: a value, its interval, the gates it is held to (operator and
+    threshold; a metric may have several, e.g. >= 0.7 and <= 0.95), and a status (``pass``,
+    ``fail``, ``insufficient`` or ``neutral``)."""
 
     label: str
     value: float | None
     low: float | None = None
     high: float | None = None
-    threshold: float | None = None
+    thresholds: tuple[tuple[str, float], ...] = ()
     status: str = "neutral"
     note: str = ""
 
@@ -215,6 +216,7 @@ def _row_label(label: str, x: float, y: float) -> str:
     )
 
 
+_STATUS_MARK = {"pass": " ✓", "fail": " ✗", "insufficient": " –"}
 _STATUS_TEXT = {
     "pass": "passes its gate",
     "fail": "misses its gate",
@@ -230,9 +232,11 @@ def bar_chart(
     the row), coloured and labelled by status."""
     labels = [bar.label for bar in bars]
     left = _label_width(labels)
-    width = left + _PLOT_WIDTH + 90
+    notes = max((len(bar.note) for bar in bars), default=0)
+    width = left + _PLOT_WIDTH + 70 + notes * _CHAR
     height = _TOP + len(bars) * _ROW + _AXIS + _LEGEND
-    values = [v for bar in bars for v in (bar.value, bar.high, bar.threshold) if v is not None]
+    values = [v for bar in bars for v in (bar.value, bar.low, bar.high) if v is not None]
+    values += [threshold for bar in bars for _, threshold in bar.thresholds]
     low, high = _domain(values, unit)
     scale = _Scale(low, high, left, _PLOT_WIDTH)
     bottom = _TOP + len(bars) * _ROW
@@ -254,24 +258,26 @@ def bar_chart(
                 f'<path class="whisker" d="M{xl} {middle}H{xh}M{xl} {middle - 5}V{middle + 5}'
                 f'M{xh} {middle - 5}V{middle + 5}"/>'
             )
-        if bar.threshold is not None:
-            xt = scale(bar.threshold)
+        for op, threshold in bar.thresholds:
+            xt = scale(threshold)
             body.append(
                 f'<line class="threshold" x1="{xt}" y1="{y + 1}" x2="{xt}" y2="{y + _ROW - 1}">'
-                f"<title>threshold {bar.threshold:g}</title></line>"
+                f"<title>gate {escape(op)} {threshold:g}</title></line>"
             )
-        text = _fmt(bar.value) + (f" {bar.note}" if bar.note else "")
+        # The status in words too, so it never rests on colour alone.
+        mark = _STATUS_MARK.get(bar.status, "")
+        text = _fmt(bar.value) + mark + (f" {bar.note}" if bar.note else "")
         body.append(
             f'<text class="value" x="{left + _PLOT_WIDTH + 6}" y="{middle}" '
             f'dominant-baseline="middle">{escape(text)}</text>'
         )
     statuses = dict.fromkeys(bar.status for bar in bars)
     legend = [
-        (f"rect:bar {status}", _STATUS_TEXT[status])
+        (f"rect:bar {status}", (_STATUS_MARK.get(status, "") + " " + _STATUS_TEXT[status]).strip())
         for status in _STATUS_TEXT
         if status in statuses
     ]
-    if any(bar.threshold is not None for bar in bars):
+    if any(bar.thresholds for bar in bars):
         legend.append(("dash:threshold", "threshold"))
     if any(bar.low is not None for bar in bars):
         legend.append(("whisker", "95% interval"))
@@ -281,12 +287,12 @@ def bar_chart(
             bar.label,
             _fmt(bar.value, 4),
             "" if bar.low is None else f"{_fmt(bar.low, 4)} to {_fmt(bar.high, 4)}",
-            "" if bar.threshold is None else f"{bar.threshold:g}",
+            ", ".join(f"{op} {threshold:g}" for op, threshold in bar.thresholds),
             bar.status,
         )
         for bar in bars
     ]
-    table = _table(("group", "value", "95% interval", "threshold", "status"), rows)
+    table = _table(("group", "value", "95% interval", "gates", "status"), rows)
     described = f"{len(bars)} bars; dashed marks are thresholds, whiskers 95% intervals."
     return _figure(ident, title, described, width, height, body, table)
 
