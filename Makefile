@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 CORE   := $(VENV)/.rankgate-core
 DEV    := $(VENV)/.rankgate-dev
 
-.PHONY: demo test check lint typecheck docs clean
+.PHONY: demo test check lint typecheck docs clean bench-store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,13 +21,19 @@ $(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@ $(CORE)
 
-DEMO_HTML ?= build/demo-report.html
+DEMO_HTML  ?= build/demo-report.html
+DEMO_STORE := build/traces.db
 
-## demo: score the bundled example traces against the example gates; the HTML report goes to
-## $(DEMO_HTML)
+## demo: the nightly path on the bundled examples: record the traces into a SQLite trace store,
+## import the annotators' labels, then score the day's traces against the example gates (the
+## HTML report goes to $(DEMO_HTML))
 demo: $(CORE)
-	@mkdir -p $(dir $(DEMO_HTML))
-	$(BIN)/rankgate eval examples/traces.jsonl --config examples/rankgate.toml --html $(DEMO_HTML)
+	@mkdir -p build $(dir $(DEMO_HTML))
+	@rm -f $(DEMO_STORE) $(DEMO_STORE)-wal $(DEMO_STORE)-shm
+	$(BIN)/rankgate trace import examples/traces.jsonl --store sqlite:///$(DEMO_STORE) --no-labels
+	$(BIN)/rankgate label import examples/labels.jsonl --store sqlite:///$(DEMO_STORE)
+	$(BIN)/rankgate eval sqlite:///$(DEMO_STORE) --since 2026-11-30 --until 2026-12-01 \
+		--config examples/rankgate.toml --html $(DEMO_HTML)
 
 ## test: lint, type-check and run the whole test suite
 test: $(DEV) check
@@ -36,10 +42,18 @@ test: $(DEV) check
 check: lint typecheck
 
 lint: $(DEV)
-	$(BIN)/ruff check src tests examples
+	$(BIN)/ruff check src tests examples bench
 
 typecheck: $(DEV)
 	$(BIN)/mypy src
+
+## bench-store: fill a SQLite store with 1M synthetic traces and time `rankgate eval` on it
+## (STORE=postgresql://... for PostgreSQL; QUERIES=N for another size)
+STORE   ?= sqlite:///build/bench-store.db
+QUERIES ?= 1000000
+bench-store: $(DEV)
+	@mkdir -p build
+	$(BIN)/python bench/store_read.py --store $(STORE) --queries $(QUERIES)
 
 ## docs: regenerate docs/metrics.md from the metric registry
 docs: $(CORE)

@@ -23,8 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from os import PathLike
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -34,8 +32,8 @@ from rankgate.errors import ConfigError, InputError, Location, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate
 from rankgate.gates import Gate, GateOutcome, GatePolicy
 from rankgate.io import TraceSource, open_source, validate_record
-from rankgate.io.trec import read_qrels
 from rankgate.io.validate import Trace
+from rankgate.labels import LabelReading, QueryLabels, collect_labels, read_judgments
 from rankgate.segments import MISSING_VALUE, SegmentKey, segment_value
 from rankgate.spec import MetricSpec
 from rankgate.stats import (
@@ -48,6 +46,7 @@ from rankgate.stats import (
     paired_t_test,
     sign_flip_test,
 )
+from rankgate.store import is_store_url
 
 __all__ = [
     "TESTS",
@@ -610,20 +609,29 @@ class _LabelBook:
         self.by_query: dict[str, _Labels] = {}
 
     def add_source(self, data: Any, reader: _Reader) -> None:
-        if isinstance(data, (str, PathLike)) and str(data).endswith(".qrels"):
-            for query_id, grades in read_qrels(Path(data)).items():
-                self._add(query_id, _Labels(grades, str(data), None), self.fields.relevance_scores)
-            return
+        """Labels from a label file (one judgment or one query per record), qrels or a store."""
         name = _source_name(data)
-        read = invalid = 0
-        for trace in reader.records(data, name, ranking=False):
-            read += 1
-            if trace is None:
-                invalid += 1
-            elif trace.grades is not None:
-                self.add_trace(trace)
-        reader.extra_read[f"{name} (labels)"] = read
-        reader.extra_invalid[f"{name} (labels)"] = invalid
+        reading = LabelReading()
+        if is_store_url(data):
+            labels = collect_labels(data)
+        else:
+            labels = {}
+            for judgment in read_judgments(
+                data,
+                fields=self.fields,
+                input_format=reader.input_format,
+                on_invalid=reader.settings.on_invalid,
+                reading=reading,
+            ):
+                labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
+            reader.extra_read[f"{name} (labels)"] = reading.records
+            reader.extra_invalid[f"{name} (labels)"] = reading.skipped.get("invalid", 0)
+        for query_id, found in labels.items():
+            self._add(
+                query_id,
+                _Labels(found.grades, name, found.labeled_at()),
+                self.fields.relevance_scores,
+            )
 
     def add_side(self, side: _Side) -> None:
         for trace in side.traces.values():

@@ -26,7 +26,8 @@ import numpy.typing as npt
 from rankgate.batch import BatchBuilder
 from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
-from rankgate.io import FieldMap, TraceSource, open_source, validate_record
+from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
+from rankgate.labels import QueryLabels, collect_labels
 from rankgate.segments import (
     Group,
     GroupCounts,
@@ -254,6 +255,7 @@ def evaluate(
     input_format: str | None = None,
     progress: ProgressCallback | None = None,
     worst: int = 0,
+    labels: Any = None,
 ) -> Evaluation:
     """Score recorded traces and check gates.
 
@@ -272,6 +274,9 @@ def evaluate(
             the unit is the source's own (bytes of a file, rows of a table).
         worst: keep this many lowest-scoring queries per requested metric with their rankings
             (``Evaluation.examples``), for reports; 0 keeps none.
+        labels: labels kept apart from the traces, joined by query ID to every trace that carries
+            none of its own: a label file (see ``rankgate.labels``), a store URL (its labels
+            table), or a dict of query ID to ``QueryLabels``.
 
     Raises:
         InputError: a record is malformed and ``settings.on_invalid`` is ``"fail"``.
@@ -298,6 +303,10 @@ def evaluate(
     depth = min(max(cutoffs, default=WORST_DEPTH_DEFAULT), WORST_DEPTH_MAX)
     tracker = WorstQueries(requested, worst, depth, settings.relevance_threshold)
     accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker)
+    if labels is not None:
+        accumulator.labels = (
+            labels if isinstance(labels, dict) else collect_labels(labels, fields=settings.fields)
+        )
     for raw in source:
         accumulator.take(raw)
         if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
@@ -360,6 +369,7 @@ class _Accumulator:
         self.builder = BatchBuilder()
         self.batch_start = 0
         self.worst = worst
+        self.labels: dict[str, QueryLabels] | None = None
         self.batch_limit = BATCH_QUERIES_HOLDING if worst.active else BATCH_QUERIES
 
     def take(self, raw: Any) -> None:
@@ -367,6 +377,8 @@ class _Accumulator:
         threshold = self.settings.relevance_threshold
         try:
             trace = validate_record(raw, self.settings.fields)
+            if trace.grades is None and self.labels is not None:
+                trace = self._joined(trace)
             grades, stale, expired = trace.grades, 0, 0
             if grades is not None and self.settings.label_filter.active:
                 grades, stale, expired = self.settings.label_filter.apply(
@@ -416,6 +428,20 @@ class _Accumulator:
         self.worst.hold(trace.query_id, trace.retrieved_ids, grades, trace.attributes)
         if len(self.builder) >= self.batch_limit:
             self.flush()
+
+    def _joined(self, trace: Trace) -> Trace:
+        """The trace with its query's separately kept labels, when there are any."""
+        assert self.labels is not None
+        joined = self.labels.get(trace.query_id)
+        if joined is None:
+            return trace
+        attributes = trace.attributes
+        stamps = joined.labeled_at()
+        if stamps is not None:
+            attributes = {**attributes, self.settings.label_filter.labeled_at_field: stamps}
+        return Trace(
+            trace.location, trace.query_id, trace.retrieved_ids, dict(joined.grades), attributes
+        )
 
     def _counts(self, key: SegmentKey) -> GroupCounts:
         counts = self.segment_counts.get(key)

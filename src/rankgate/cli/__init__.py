@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from rankgate import __version__
-from rankgate.cli import compare_command, eval_command, metrics_command
+from rankgate.cli import compare_command, eval_command, metrics_command, store_command
 from rankgate.cli.terminal import EXIT_USAGE, abort
 from rankgate.errors import RankgateError
 
@@ -29,10 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     eval_command.add_parser(commands)
     compare_command.add_parser(commands)
     metrics_command.add_parser(commands)
+    store_command.add_parsers(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Trace IDs may hold lone surrogates (JSON allows "\ud800"): print them escaped, not crash.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):

@@ -8,14 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.cli.options import (
+    add_otel_options,
     add_report_options,
     add_scoring_options,
+    add_store_options,
     check_common,
     gates_from,
     load_project_config,
     metrics_from,
     policy_from,
     settings_from,
+    source_for,
+    source_notes,
 )
 from rankgate.cli.terminal import (
     EXIT_FAILED,
@@ -35,6 +39,10 @@ from rankgate.report.json_report import comparison_report, render_json
 from rankgate.report.junit import render_comparison_junit
 from rankgate.report.markdown import render_comparison_markdown
 from rankgate.stats import CORRECTIONS, DEFAULT_PERMUTATIONS
+from rankgate.store import is_store_url
+
+# The store's column that names a trace's retrieval configuration.
+STORE_VARIANT_FIELD = "variant"
 
 
 def add_parser(commands: Any) -> None:
@@ -50,7 +58,8 @@ def add_parser(commands: Any) -> None:
         nargs="+",
         metavar="SOURCE",
         help="BASELINE CANDIDATE [CANDIDATE ...] trace files (JSON Lines, JSON array, Parquet, "
-        "CSV/TSV; .gz ok), or one file with --variant-field",
+        "CSV/TSV; .gz ok), or one file with --variant-field, or one trace store URL "
+        "(its variant column splits the sides)",
     )
     variants = parser.add_argument_group("one file holding every variant")
     variants.add_argument(
@@ -75,8 +84,8 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--labels",
         metavar="FILE",
-        help="labels for the queries: records with query_id and relevant_ids/relevance_scores, "
-        "or a TREC qrels file (*.qrels)",
+        help="labels for the queries: a label file (one judgment or one query per record), "
+        "a TREC qrels file (*.qrels), or a trace store URL",
     )
     parser.add_argument(
         "--qrels",
@@ -121,6 +130,8 @@ def add_parser(commands: Any) -> None:
         help="include every paired query's values and deltas (JSON)",
     )
     add_scoring_options(parser)
+    add_store_options(parser, variants=False)
+    add_otel_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -138,7 +149,16 @@ def run(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         margin=args.margin,
     )
-    sides: list[Any] = _sides(args)
+    variant_field = args.variant_field
+    if variant_field is None and len(args.sources) == 1 and is_store_url(args.sources[0]):
+        variant_field = STORE_VARIANT_FIELD
+    sides: list[Any] = _sides(args, variant_field)
+    if variant_field is not None:
+        # Read only the variants compared, when they are named.
+        named = (args.baseline_value, *args.candidate_values) if args.candidate_values else ()
+        sides[0] = source_for(sides[0], args, settings, tuple(v for v in named if v))
+    else:
+        sides = [source_for(side, args, settings) for side in sides]
     if args.qrels is not None:
         if args.variant_field is not None or args.input_format is not None:
             raise UsageError(
@@ -160,12 +180,15 @@ def run(args: argparse.Namespace) -> int:
             policy=policy,
             significance=significance,
             labels=args.labels,
-            variant_field=args.variant_field,
+            variant_field=variant_field,
             input_format=args.input_format,
             progress=bar.update,
         )
     finally:
         bar.close()
+    for side in sides:
+        for note in source_notes(side):
+            sys.stderr.write(note + "\n")
     style = style_for(sys.stdout, args.color)
     if args.report_format == "json":
         text = render_json(comparison_report(comparison, per_query=args.per_query))
@@ -183,8 +206,8 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if comparison.passed else EXIT_FAILED
 
 
-def _sides(args: argparse.Namespace) -> list[str]:
-    if args.variant_field is None:
+def _sides(args: argparse.Namespace, variant_field: str | None) -> list[str]:
+    if variant_field is None:
         if args.baseline_value is not None or args.candidate_values:
             raise UsageError("--baseline and --candidate name values of --variant-field")
         if len(args.sources) < 2:

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.cli.options import (
+    add_otel_options,
     add_report_options,
     add_scoring_options,
+    add_store_options,
     check_common,
     first,
     gates_from,
@@ -17,6 +19,8 @@ from rankgate.cli.options import (
     metrics_from,
     policy_from,
     settings_from,
+    source_for,
+    source_notes,
 )
 from rankgate.cli.terminal import (
     EXIT_FAILED,
@@ -35,6 +39,7 @@ from rankgate.report.html import render_eval_html
 from rankgate.report.json_report import eval_report, render_json
 from rankgate.report.junit import render_eval_junit
 from rankgate.report.markdown import render_eval_markdown
+from rankgate.store.backends import is_store_url, redact_url
 
 
 def add_parser(commands: Any) -> None:
@@ -47,12 +52,19 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "traces",
         nargs="?",
-        help="trace file (JSON Lines, JSON array, Parquet, CSV/TSV; .gz ok), or - for stdin",
+        help="trace file (JSON Lines, JSON array, Parquet, CSV/TSV; .gz ok), - for stdin, or a "
+        "trace store (sqlite:///FILE.db, postgresql://USER@HOST/DB)",
     )
     parser.add_argument(
         "--run", type=Path, help="TREC run file (with --qrels) instead of a trace file"
     )
     parser.add_argument("--qrels", type=Path, help="TREC qrels file for --run")
+    parser.add_argument(
+        "--labels",
+        metavar="FILE|URL",
+        help="labels kept apart from the traces, joined by query ID to traces without their own: "
+        "a label file (one judgment or one query per record), *.qrels, or a store URL",
+    )
     add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
     parser.add_argument(
@@ -63,6 +75,8 @@ def add_parser(commands: Any) -> None:
         f"(default {DEFAULT_WORST})",
     )
     add_scoring_options(parser)
+    add_store_options(parser, variants=True)
+    add_otel_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -88,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = metrics_from(args, config)
 
     traces, sources = _traces(args)
+    traces = source_for(traces, args, settings)
     label = sources[0] if len(sources) == 1 else " + ".join(sources)
     html = args.report_format == "html" or args.html is not None
     bar = ProgressBar(label, sys.stderr, enabled=not args.no_progress)
@@ -101,9 +116,12 @@ def run(args: argparse.Namespace) -> int:
             input_format=args.input_format,
             progress=bar.update,
             worst=first(args.worst, DEFAULT_WORST) if html else 0,
+            labels=args.labels,
         )
     finally:
         bar.close()
+    for note in source_notes(traces):
+        sys.stderr.write(note + "\n")
 
     style = style_for(sys.stdout, args.color)
     if args.report_format == "json":
@@ -129,6 +147,8 @@ def _check_combination(args: argparse.Namespace) -> None:
         raise UsageError("--per-query applies to --format json")
     if args.worst is not None and args.report_format != "html" and args.html is None:
         raise UsageError("--worst applies to HTML reports (--format html or --html PATH)")
+    if args.labels is not None and args.run is not None:
+        raise UsageError("--run/--qrels take their labels from the qrels file; drop --labels")
     if args.input_format is not None and (args.run is not None or args.qrels is not None):
         raise UsageError("--input-format does not apply to --run/--qrels (TREC files)")
 
@@ -144,4 +164,6 @@ def _traces(args: argparse.Namespace) -> tuple[Any, list[str]]:
         return TrecSource(args.run, args.qrels), [str(args.run), str(args.qrels)]
     if args.traces is None:
         raise UsageError("name a trace file (or - for stdin, or --run FILE --qrels FILE)")
-    return args.traces, [args.traces]
+    # A store URL is named without its password, in every report.
+    shown = redact_url(args.traces) if is_store_url(args.traces) else args.traces
+    return args.traces, [shown]

@@ -15,19 +15,27 @@ from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
 from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
-from rankgate.io import FORMATS, FieldMap
+from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource
 from rankgate.stale import LabelFilter, parse_age, read_corpus
 from rankgate.stats import DEFAULT_RESAMPLES
+from rankgate.store import StoreSource, Window, is_store_url
+from rankgate.times import parse_moment
 
 __all__ = [
+    "add_otel_options",
     "add_report_options",
     "add_scoring_options",
+    "add_store_options",
     "check_common",
+    "fields_from",
     "gates_from",
     "load_project_config",
     "metrics_from",
     "policy_from",
     "settings_from",
+    "source_for",
+    "source_notes",
+    "store_source",
 ]
 
 
@@ -145,6 +153,171 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_store_options(parser: argparse.ArgumentParser, *, variants: bool) -> None:
+    """Options that choose what to read from a trace store URL."""
+    store = parser.add_argument_group(
+        "trace stores (a source written sqlite:///FILE.db or postgresql://USER@HOST/DB)"
+    )
+    store.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="traces recorded at or after this: an age (24h, 7d) or an ISO 8601 time or date",
+    )
+    store.add_argument(
+        "--until", metavar="WHEN", help="traces recorded before this (same forms as --since)"
+    )
+    if variants:
+        store.add_argument(
+            "--variant",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="only traces of this retrieval variant (repeatable)",
+        )
+    store.add_argument(
+        "--sample",
+        type=float,
+        metavar="FRACTION",
+        help="a seeded sample of this share of queries (e.g. 0.1; the seed is --seed)",
+    )
+    store.add_argument(
+        "--sql",
+        metavar="QUERY",
+        help="your own read-only SELECT instead of the store's tables; map its columns with "
+        "--field; values go in --param, never into the text",
+    )
+    store.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a bound parameter of --sql (:NAME in SQLite, %%(NAME)s in PostgreSQL); "
+        "--since/--until are bound as since/until",
+    )
+
+
+def add_otel_options(parser: argparse.ArgumentParser) -> None:
+    """Options for OpenTelemetry exports (``--input-format otlp``)."""
+    otel = parser.add_argument_group(
+        "OpenTelemetry exports (--input-format otlp: a file or a folder)"
+    )
+    otel.add_argument(
+        "--otel-span-kind",
+        action="append",
+        default=[],
+        choices=("RETRIEVER", "RERANKER"),
+        help="OpenInference span kinds that are traces (repeatable; default RETRIEVER)",
+    )
+    otel.add_argument(
+        "--otel-query-id",
+        action="append",
+        default=[],
+        metavar="ATTRIBUTE",
+        help="span or resource attribute holding the query ID, tried in order (repeatable; "
+        "default query.id, rankgate.query_id, input.value)",
+    )
+    otel.add_argument(
+        "--otel-doc-id-key",
+        metavar="KEY",
+        help="when a document has no document.id, take this key of its metadata",
+    )
+
+
+def source_for(
+    text: Any, args: argparse.Namespace, settings: Settings, variants: tuple[str, ...] = ()
+) -> Any:
+    """What to read for one source argument: a store URL becomes a ``StoreSource``, a path with
+    ``--input-format otlp`` an ``OtlpSource`` with the --otel-* options; anything else as it is."""
+    otel_given = args.otel_span_kind or args.otel_query_id or args.otel_doc_id_key is not None
+    if args.input_format == "otlp" and isinstance(text, str) and not is_store_url(text):
+        options = OtlpOptions(
+            span_kinds=tuple(dict.fromkeys(args.otel_span_kind)) or OtlpOptions().span_kinds,
+            query_id_attributes=tuple(args.otel_query_id) or OtlpOptions().query_id_attributes,
+            doc_id_metadata_key=args.otel_doc_id_key,
+        )
+        store_source(None, args, settings)  # store options make no sense here: say so
+        return OtlpSource(text, options)
+    if otel_given:
+        raise UsageError("--otel-* options apply to --input-format otlp")
+    return store_source(text, args, settings, variants)
+
+
+def source_notes(source: Any) -> list[str]:
+    """What a reader passed over that the report does not show: sampled-out traces, spans of other
+    kinds, spans whose ranking may be truncated."""
+    notes = []
+    if isinstance(source, StoreSource) and source.sample is not None:
+        kept = source.stats.rows - source.stats.sampled_out
+        notes.append(
+            f"{source.name}: sampled {source.sample:.4g} of queries (seed {source.seed}): "
+            f"{kept:,} of {source.stats.rows:,} traces kept"
+        )
+    if isinstance(source, OtlpSource):
+        stats = source.stats
+        notes.append(
+            f"{source.name}: {stats.spans_seen:,} spans in {stats.files:,} file(s): "
+            f"{stats.spans_used + stats.spans_invalid:,} taken as traces, "
+            f"{stats.spans_other_kind:,} of other kinds passed over"
+        )
+        if stats.truncated:
+            first = ", ".join(stats.truncated_examples[:3])
+            notes.append(
+                f"warning: {stats.truncated:,} span(s) had attributes dropped by the SDK's limit "
+                f"(droppedAttributesCount > 0), so their rankings may be cut short; first: {first}"
+            )
+    return notes
+
+
+def store_source(
+    text: Any, args: argparse.Namespace, settings: Settings, variants: tuple[str, ...] = ()
+) -> Any:
+    """A ``StoreSource`` for a store URL, with the window and sample the options ask for; anything
+    else is returned as it is (and then the store options are an error)."""
+    given = [
+        name
+        for name, value in (
+            ("--since", args.since),
+            ("--until", args.until),
+            ("--variant", getattr(args, "variant", None)),
+            ("--sample", args.sample),
+            ("--sql", args.sql),
+            ("--param", args.param),
+        )
+        if value
+    ]
+    if text is None or not is_store_url(text):
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} apply to a trace store URL (sqlite:///..., postgresql://...)"
+            )
+        return text
+    if args.param and args.sql is None:
+        raise UsageError("--param binds values of --sql")
+    now = datetime.now(UTC)
+    window = Window(
+        since=None if args.since is None else parse_moment(args.since, "--since", now),
+        until=None if args.until is None else parse_moment(args.until, "--until", now),
+        variants=(*getattr(args, "variant", ()), *variants) if args.sql is None else (),
+    )
+    if window.since is not None and window.until is not None and window.since >= window.until:
+        raise UsageError("--since must be before --until")
+    params = {}
+    for pair in args.param:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--param {pair!r}: expected NAME=VALUE")
+        params[name.strip()] = value
+    return StoreSource(
+        text,
+        window,
+        sample=args.sample,
+        seed=settings.seed,
+        sql=args.sql,
+        params=params,
+        fields=settings.fields,
+    )
+
+
 def add_report_options(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
     """``--format`` (the first of ``formats`` by default) and ``-o/--output``."""
     parser.add_argument(
@@ -174,7 +347,11 @@ def check_common(args: argparse.Namespace) -> None:
         raise UsageError("--config and --no-config contradict each other")
     if args.html is not None and args.report_format == "html":
         raise UsageError("--format html already writes HTML; use --output for its path")
-    if args.html is not None and args.output is not None and args.html == args.output:
+    if (
+        args.html is not None
+        and args.output is not None
+        and args.html.resolve() == args.output.resolve()
+    ):
         raise UsageError("--html and --output name the same file")
     seen: dict[tuple[str, str], str] = {}
     for text in args.gate:
@@ -223,6 +400,11 @@ def gates_from(args: argparse.Namespace, config: Config) -> list[Gate]:
 
 def metrics_from(args: argparse.Namespace, config: Config) -> list[str]:
     return list(args.metric or config.metrics or DEFAULT_METRICS)
+
+
+def fields_from(args: argparse.Namespace) -> FieldMap:
+    """The field mapping of --field options alone (commands that read no config)."""
+    return FieldMap.from_assignments(_assignments(args.field))
 
 
 def _assignments(pairs: list[str]) -> dict[str, str]:

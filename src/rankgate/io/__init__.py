@@ -13,6 +13,7 @@ from typing import Any
 
 from rankgate.errors import UsageError
 from rankgate.io.json_records import JsonSource
+from rankgate.io.otlp import OtlpOptions, OtlpSource, OtlpStats
 from rankgate.io.source import FORMATS, TraceSource, detect_format, file_size, require_file
 from rankgate.io.tables import ArrowSource, CsvSource, RecordsSource, arrow_table
 from rankgate.io.trec import TrecSource
@@ -21,6 +22,9 @@ from rankgate.io.validate import FieldMap, RawRecord, Trace, validate_record
 __all__ = [
     "FORMATS",
     "FieldMap",
+    "OtlpOptions",
+    "OtlpSource",
+    "OtlpStats",
     "RawRecord",
     "Trace",
     "TraceSource",
@@ -30,23 +34,46 @@ __all__ = [
 ]
 
 STDIN = "-"
+
+
+def _is_source(data: Any) -> bool:
+    """Anything shaped like a ``TraceSource`` (a store's reader, a caller's own) passes through."""
+    return (
+        callable(getattr(data, "done", None))
+        and hasattr(data, "total")
+        and isinstance(getattr(data, "name", None), str)
+        and hasattr(data, "__iter__")
+    )
+
+
 # Sources built by hand (e.g. a TrecSource) pass straight through open_source.
-SOURCE_TYPES = (JsonSource, ArrowSource, CsvSource, RecordsSource, TrecSource)
+SOURCE_TYPES = (JsonSource, ArrowSource, CsvSource, RecordsSource, TrecSource, OtlpSource)
 
 
 def open_source(data: Any, input_format: str | None = None) -> TraceSource:
     """A trace source for a path (str or Path; ``-`` is stdin), a list of dicts, or a table.
 
     ``input_format`` (one of ``FORMATS``) overrides detection from the file name and content.
+    ``"otlp"`` reads an OpenTelemetry export file, or every export file in a folder, with default
+    ``OtlpOptions``; pass an ``OtlpSource`` built by hand for other options.
     """
     if input_format is not None and input_format not in FORMATS:
         raise UsageError(f"unknown input format {input_format!r} (formats: {', '.join(FORMATS)})")
+    if isinstance(data, str) and "://" in data:
+        from rankgate.store import StoreSource, is_store_url
+
+        if is_store_url(data):
+            if input_format is not None:
+                raise UsageError("a trace store URL has no input format to choose")
+            return StoreSource(data)
     if isinstance(data, str) and data == STDIN:
         if input_format not in (None, "json"):
             raise UsageError("standard input is read as JSON Lines or a JSON array only")
         return JsonSource.from_stdin()
     if isinstance(data, (str, Path)):
         path = Path(data)
+        if input_format == "otlp":
+            return OtlpSource(path)  # a folder is fine here: every export file in it is read
         require_file(path)
         chosen = input_format or detect_format(path)
         size = file_size(path) if path.is_file() else None
@@ -57,6 +84,9 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
         return JsonSource.from_path(path, size)
     if isinstance(data, SOURCE_TYPES):
         return data
+    if _is_source(data):
+        source: TraceSource = data
+        return source
     table = arrow_table(data)
     if table is not None:
         return ArrowSource.table(f"<{type(data).__name__}>", table)

@@ -26,7 +26,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 # What a corrupt or truncated gzip stream raises while it is being read.
 GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
-FORMATS = ("json", "parquet", "csv", "tsv")
+# "otlp" is never detected (an OTLP export is also plain JSON): it is chosen by name, and reads a
+# file or every export file in a folder.
+FORMATS = ("json", "parquet", "csv", "tsv", "otlp")
 
 _SUFFIXES = {
     ".jsonl": "json",

@@ -113,7 +113,7 @@ def validate_record(
         raise InputError(raw.location, None, raw.problem)
     record = raw.value
     if not isinstance(record, dict):
-        raise InputError(raw.location, None, f"expected an object, got {_kind(record)}")
+        raise InputError(raw.location, None, f"expected an object, got {kind_name(record)}")
 
     container, prefix = record, ""
     nested = record.get(NESTED_INPUT_KEY)
@@ -182,7 +182,8 @@ def _lookup(container: Mapping[str, Any], path: str) -> Any:
     return _MISSING
 
 
-def _kind(value: Any) -> str:
+def kind_name(value: Any) -> str:
+    """A JSON value's kind in words, for messages: null, boolean, string, list, object..."""
     if value is None:
         return "null"
     names = {
@@ -227,14 +228,16 @@ def _document_id(value: Any, location: Location, field_name: str) -> str:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise InputError(location, field_name, f"expected a string or integer ID, got {_kind(value)}")
+    raise InputError(
+        location, field_name, f"expected a string or integer ID, got {kind_name(value)}"
+    )
 
 
 def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
     if isinstance(value, tuple):
         value = list(value)
     if not isinstance(value, list):
-        raise InputError(location, field_name, f"expected a list of IDs, got {_kind(value)}")
+        raise InputError(location, field_name, f"expected a list of IDs, got {kind_name(value)}")
     # Fast path for the usual all-text list: join checks every item is a str in C, far quicker
     # than a Python-level check per ID on 100-document rankings.
     try:
@@ -254,7 +257,9 @@ def _grades(
         return None
     if not isinstance(value, dict):
         raise InputError(
-            location, field_name, f"expected an object of document ID -> grade, got {_kind(value)}"
+            location,
+            field_name,
+            f"expected an object of document ID -> grade, got {kind_name(value)}",
         )
     grades: dict[str, float] = {}
     for key, raw_grade in value.items():
@@ -264,7 +269,9 @@ def _grades(
         if grade is None and from_table:
             continue
         if isinstance(grade, bool) or not isinstance(grade, (int, float)):
-            raise InputError(location, where, f"grade must be a number >= 0, got {_kind(grade)}")
+            raise InputError(
+                location, where, f"grade must be a number >= 0, got {kind_name(grade)}"
+            )
         try:
             as_float = float(grade)
         except OverflowError:
@@ -298,7 +305,7 @@ def _query_id(value: Any, raw: RawRecord, field_name: str, required: bool) -> st
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    got = "an empty string" if value == "" else _kind(value)
+    got = "an empty string" if value == "" else kind_name(value)
     raise InputError(
         raw.location, field_name, f"expected a non-empty string or an integer, got {got}"
     )

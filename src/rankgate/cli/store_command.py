@@ -1,0 +1,307 @@
+"""``rankgate trace import``, ``rankgate label import`` and ``rankgate store info``: fill a trace
+store from files, and see what it holds.
+
+Reading a store is ``rankgate eval URL`` / ``rankgate compare URL``; production services write with
+``rankgate.store.TraceRecorder``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rankgate.cli.options import fields_from
+from rankgate.cli.terminal import EXIT_OK, write_stdout
+from rankgate.errors import InputError, UsageError
+from rankgate.io import FORMATS, FieldMap, open_source, validate_record
+from rankgate.labels import LabelReading, judgments_of, read_judgments
+from rankgate.store.backends import LabelRow, TraceRow, connect, is_store_url, redact_url
+from rankgate.times import parse_time
+
+__all__ = ["add_parsers"]
+
+WRITE_BATCH = 5000
+T = TypeVar("T")
+
+
+def add_parsers(commands: Any) -> None:
+    trace = commands.add_parser("trace", help="write traces into a trace store")
+    trace_commands = trace.add_subparsers(title="trace commands", metavar="ACTION")
+    importer = trace_commands.add_parser(
+        "import",
+        help="record the traces of a file into a store",
+        description="Record every trace of a file (JSON Lines, JSON, Parquet, CSV) into a trace "
+        "store, with the labels the records carry unless --no-labels. Importing the same record "
+        "twice stores it once.",
+    )
+    importer.add_argument("file", help="trace file (as rankgate eval reads them)")
+    _store_argument(importer)
+    importer.add_argument(
+        "--time-field",
+        default="timestamp",
+        metavar="FIELD",
+        help="record field with the time it was served (default: timestamp; absent: now)",
+    )
+    importer.add_argument(
+        "--variant-field",
+        metavar="FIELD",
+        help="record field naming the retrieval variant (stored in the variant column)",
+    )
+    importer.add_argument(
+        "--variant", metavar="NAME", help="the variant of every trace in the file"
+    )
+    importer.add_argument(
+        "--no-labels", action="store_true", help="store only the traces, not their labels"
+    )
+    _common(importer)
+    importer.set_defaults(handler=run_trace_import)
+
+    label = commands.add_parser("label", help="write relevance labels into a trace store")
+    label_commands = label.add_subparsers(title="label commands", metavar="ACTION")
+    labels = label_commands.add_parser(
+        "import",
+        help="store the judgments of an annotation export",
+        description="Store labels: one judgment per record (query_id, document_id, grade, "
+        "optional labeled_at and source), one query per record (relevant_ids / "
+        "relevance_scores), or TREC qrels. A newer judgment of a (query, document) replaces an "
+        "older one; labels apply to every trace of their query.",
+    )
+    labels.add_argument("file", help="label file (JSON Lines, JSON, Parquet, CSV, *.qrels)")
+    _store_argument(labels)
+    labels.add_argument(
+        "--source",
+        metavar="NAME",
+        help="who or what gave labels whose records do not say (default: the file name)",
+    )
+    _common(labels)
+    labels.set_defaults(handler=run_label_import)
+
+    store = commands.add_parser("store", help="create or inspect a trace store")
+    store_commands = store.add_subparsers(title="store commands", metavar="ACTION")
+    info = store_commands.add_parser("info", help="what a store holds")
+    info.add_argument("url", help="sqlite:///FILE.db or postgresql://USER@HOST/DB")
+    info.add_argument("--format", choices=("table", "json"), default="table", dest="report_format")
+    info.set_defaults(handler=run_info)
+    init = store_commands.add_parser(
+        "init", help="create a store's tables (also done on first use)"
+    )
+    init.add_argument("url", help="sqlite:///FILE.db or postgresql://USER@HOST/DB")
+    init.set_defaults(handler=run_init)
+
+
+def _store_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        required=True,
+        metavar="URL",
+        help="sqlite:///FILE.db (relative) or sqlite:////abs/FILE.db, or postgresql://USER@HOST/DB",
+    )
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input-format", choices=FORMATS[:4], help="override detection")
+    parser.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="where a trace field lives, e.g. query_id=request.qid",
+    )
+    parser.add_argument(
+        "--on-invalid",
+        choices=("fail", "skip"),
+        help="malformed records: stop with exit 2 (default) or skip and count them",
+    )
+
+
+def _settings(args: argparse.Namespace) -> tuple[FieldMap, str]:
+    if not is_store_url(args.store):
+        raise UsageError(f"--store {args.store!r}: expected sqlite:///FILE.db or postgresql://...")
+    return fields_from(args), args.on_invalid or "fail"
+
+
+def run_trace_import(args: argparse.Namespace) -> int:
+    fields, on_invalid = _settings(args)
+    if args.variant is not None and args.variant_field is not None:
+        raise UsageError("give --variant or --variant-field, not both")
+    importer = _TraceImport(args, fields, on_invalid)
+    backend = connect(args.store)
+    traces_written = traces_known = labels_written = 0
+    try:
+        for chunk in _chunks(importer.rows(), WRITE_BATCH):
+            traces = [row for row in chunk if isinstance(row, TraceRow)]
+            labels = [row for row in chunk if isinstance(row, LabelRow)]
+            new = backend.insert_traces(traces)
+            if labels:
+                backend.upsert_labels(labels)
+            backend.commit()
+            traces_written += new
+            traces_known += len(traces) - new
+            labels_written += len(labels)
+    finally:
+        backend.close()
+    skipped = f", {importer.invalid:,} invalid skipped" if importer.invalid else ""
+    known = f", {traces_known:,} already stored" if traces_known else ""
+    write_stdout(
+        f"{redact_url(args.store)}: {importer.read:,} records read from {args.file}: "
+        f"{traces_written:,} traces stored{known}, {labels_written:,} labels{skipped}\n"
+    )
+    if importer.judged_empty:
+        sys.stderr.write(
+            f"note: {importer.judged_empty:,} records were judged with no document (an empty "
+            "relevant_ids): a store keeps judgments per document, so they read back as "
+            "unlabeled; a grade-0 judgment keeps a query judged\n"
+        )
+    return EXIT_OK
+
+
+class _TraceImport:
+    """Store rows from a trace file, counting records read and skipped as invalid."""
+
+    def __init__(self, args: argparse.Namespace, fields: FieldMap, on_invalid: str) -> None:
+        self.args = args
+        self.fields = fields
+        self.on_invalid = on_invalid
+        self.read = 0
+        self.invalid = 0
+        self.judged_empty = 0
+
+    def _place(self, location: Any) -> str:
+        path = Path(self.args.file)
+        name = str(path.resolve()) if path.exists() else str(self.args.file)
+        return f"{name}:{getattr(location, 'line', None) or getattr(location, 'row', None)}"
+
+    def rows(self) -> Iterator[TraceRow | LabelRow]:
+        args = self.args
+        now = datetime.now(UTC)
+        for raw in open_source(args.file, args.input_format):
+            self.read += 1
+            try:
+                trace = validate_record(raw, self.fields, require_query_id=True)
+                attributes = dict(trace.attributes)
+                stamp = attributes.get(args.time_field)
+                recorded_at = now if stamp is None else _time(stamp, raw.location, args.time_field)
+                variant = args.variant
+                if args.variant_field is not None:
+                    value = attributes.get(args.variant_field)
+                    variant = None if value is None else str(value)
+                judgments = [] if args.no_labels else list(judgments_of(trace, args.file))
+            except InputError:
+                if self.on_invalid == "fail":
+                    raise
+                self.invalid += 1
+                continue
+            attributes.pop("labeled_at", None)
+            # The same record imported twice gets the same ID, so the store keeps it once: it is
+            # named by its content and time, or where it sits in the file when it has no time.
+            when = recorded_at.isoformat() if stamp is not None else self._place(raw.location)
+            identity = json.dumps(
+                [trace.query_id, when, variant, trace.retrieved_ids], ensure_ascii=False
+            )
+            given = attributes.pop("trace_id", None)
+            trace_id = (
+                str(given)
+                if given not in (None, "")
+                else hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            )
+            yield TraceRow(
+                trace_id, trace.query_id, recorded_at, variant, trace.retrieved_ids, attributes
+            )
+            if trace.grades == {} and not args.no_labels:
+                self.judged_empty += 1
+            for j in judgments:
+                yield LabelRow(j.query_id, j.document_id, j.grade, j.labeled_at, j.source)
+
+
+def _time(value: Any, location: Any, field_name: str) -> datetime:
+    try:
+        return parse_time(value, field_name)
+    except UsageError:
+        raise InputError(
+            location, field_name, f"expected an ISO 8601 timestamp, got {value!r}"
+        ) from None
+
+
+def run_label_import(args: argparse.Namespace) -> int:
+    fields, on_invalid = _settings(args)
+    reading = LabelReading()
+    judgments = read_judgments(
+        args.file,
+        fields=fields,
+        input_format=args.input_format,
+        source=args.source,
+        on_invalid=on_invalid,
+        reading=reading,
+    )
+    backend = connect(args.store)
+    queries: set[str] = set()
+    try:
+        for chunk in _chunks(judgments, WRITE_BATCH):
+            backend.upsert_labels(
+                [
+                    LabelRow(j.query_id, j.document_id, j.grade, j.labeled_at, j.source)
+                    for j in chunk
+                ]
+            )
+            backend.commit()
+            queries.update(j.query_id for j in chunk)
+    finally:
+        backend.close()
+    skipped = "".join(
+        f", {count:,} {reason.replace('_', ' ')}" for reason, count in reading.skipped.items()
+    )
+    write_stdout(
+        f"{redact_url(args.store)}: {reading.records:,} records read from {args.file}: "
+        f"{reading.judgments:,} judgments of {len(queries):,} queries stored{skipped}\n"
+    )
+    for example in reading.invalid_examples:
+        sys.stderr.write(f"  invalid: {example}\n")
+    return EXIT_OK
+
+
+def run_info(args: argparse.Namespace) -> int:
+    if not is_store_url(args.url):
+        raise UsageError(f"{args.url!r}: expected sqlite:///FILE.db or postgresql://...")
+    backend = connect(args.url, read_only=True)
+    try:
+        summary = backend.summary()
+    finally:
+        backend.close()
+    if args.report_format == "json":
+        write_stdout(json.dumps(summary, default=str, indent=2) + "\n")
+        return EXIT_OK
+    variants = ", ".join(
+        f"{name or '(none)'} {count:,}" for name, count in summary["variants"].items()
+    )
+    write_stdout(
+        f"{redact_url(args.url)} (schema version {summary['schema_version']})\n"
+        f"traces: {summary['traces']:,}, recorded {summary['first']} to {summary['last']}\n"
+        f"variants: {variants or 'none'}\n"
+        f"labels: {summary['labels']:,} judgments of {summary['labeled_queries']:,} queries\n"
+    )
+    return EXIT_OK
+
+
+def run_init(args: argparse.Namespace) -> int:
+    if not is_store_url(args.url):
+        raise UsageError(f"{args.url!r}: expected sqlite:///FILE.db or postgresql://...")
+    connect(args.url).close()
+    write_stdout(f"{redact_url(args.url)}: ready (schema version 1)\n")
+    return EXIT_OK
+
+
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
