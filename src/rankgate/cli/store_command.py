@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rankgate.cli import clicks_command
 from rankgate.cli.options import fields_from
 from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.errors import InputError, UsageError
@@ -62,8 +63,13 @@ def add_parsers(commands: Any) -> None:
     _common(importer)
     importer.set_defaults(handler=run_trace_import)
 
-    label = commands.add_parser("label", help="write relevance labels into a trace store")
+    label = commands.add_parser(
+        "label",
+        aliases=["labels"],
+        help="store relevance labels, or make them from click logs",
+    )
     label_commands = label.add_subparsers(title="label commands", metavar="ACTION")
+    clicks_command.add_parser(label_commands)
     labels = label_commands.add_parser(
         "import",
         help="store the judgments of an annotation export",

@@ -1,0 +1,637 @@
+"""Relevance labels from click logs, corrected for position bias.
+
+Clicks are plentiful but biased: a document at rank 1 is looked at far more often than one at rank
+10, so its click-through rate says as much about where it was shown as about whether it is
+relevant. Under the position-based model (PBM; Craswell et al. 2008) a click happens when the
+result is examined and found relevant, independently:
+
+    P(click | q, d, rank k) = p_k * r(q, d)
+
+``p_k`` is the examination propensity of rank k and ``r(q, d)`` the relevance of the document to
+the query. With the propensities known, ``clicks / sum of p over the ranks it was shown at`` is an
+unbiased estimate of ``r`` (inverse propensity weighting; Joachims et al. 2017). This module
+
+1. reads impression logs into columnar arrays (``read_click_log``);
+2. gets the propensities, relative to rank 1 (``p_1 = 1``), from the user (a table or a power law
+   ``(1/k)^eta``) or from the logs (``estimate_propensities``):
+
+   * ``swap``: randomized swap experiments (Joachims et al. 2017, following Wang et al. 2016): in
+     lists where the result at rank 1 was swapped with rank k at random, the click rate at rank k
+     over the click rate at rank 1 in unswapped lists is ``p_k / p_1``. Needs logs that carry
+     ``swap_rank``; the cleanest estimate, at a cost in user experience.
+   * ``harvest``: intervention harvesting (Agarwal et al. 2019): when different rankers showed the
+     same (query, document) at different ranks k and k', the click rates over those pairs estimate
+     ``p_k / p_k'`` with no intervention; all rank pairs are combined by weighted least squares in
+     log space. Needs several rankers (or ranker versions) in the logs.
+   * ``em``: expectation-maximisation on the PBM (as in Wang et al. 2018, without the regression):
+     fits ``p_k`` and ``r(q, d)`` jointly from ordinary logs. Needs the same pairs shown at
+     different ranks too, or its propensities are not identified.
+
+3. turns clicks into labels (``click_labels``): clicks over expected examinations (propensities
+   clipped from below, which bounds the weight of any one click), smoothed toward the global rate
+   by a prior worth ``prior_strength`` examinations, and mapped to grades 0-3 by thresholds the user
+   gives or calibrates on a small human-labeled set (quantile matching). A pair with fewer expected
+   examinations than ``min_examinations`` stays unlabeled, and the summary counts it.
+
+References: N. Craswell, O. Zoeter, M. Taylor, B. Ramsey, "An experimental comparison of click
+position-bias models", WSDM 2008. T. Joachims, A. Swaminathan, T. Schnabel, "Unbiased
+learning-to-rank with biased feedback", WSDM 2017. X. Wang, M. Bendersky, D. Metzler, M. Najork,
+"Learning to rank with selection bias in personal search", SIGIR 2016. X. Wang, N. Golbandi,
+M. Bendersky, D. Metzler, M. Najork, "Position bias estimation for unbiased learning to rank in
+personal search", WSDM 2018. A. Agarwal, I. Zaitsev, X. Wang, C. Li, M. Najork, T. Joachims,
+"Estimating position bias without intrusive interventions", WSDM 2019.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rankgate.errors import ConfigError, InputError, Location, UsageError
+from rankgate.io import open_source
+from rankgate.io.validate import RawRecord, kind_name
+
+__all__ = [
+    "ESTIMATORS",
+    "ClickLabels",
+    "ClickLog",
+    "Propensities",
+    "click_labels",
+    "estimate_propensities",
+    "power_law",
+    "propensity_table",
+    "read_click_log",
+    "read_human_grades",
+    "summarise",
+]
+
+ESTIMATORS = ("em", "harvest", "swap")
+DEFAULT_THRESHOLDS = (0.1, 0.3, 0.6)
+DEFAULT_MAX_RANK = 10
+DEFAULT_CLIP = 0.05
+DEFAULT_MIN_EXAMINATIONS = 5.0
+DEFAULT_PRIOR_STRENGTH = 1.0
+# Rank pairs with fewer shared (query, document) pairs than this are left out of harvesting.
+HARVEST_MIN_PAIRS = 10
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class ClickLog:
+    """Impressions as parallel arrays: one entry per document shown in a list.
+
+    ``query`` and ``document`` index ``query_ids`` and ``document_ids``; ``rank`` is 1-based;
+    ``ranker`` indexes ``ranker_ids`` (-1: not given); ``list_id`` numbers the result lists;
+    ``swap_rank`` is the rank swapped with rank 1 in a randomized-swap list (0: not swapped).
+    """
+
+    query_ids: tuple[str, ...]
+    document_ids: tuple[str, ...]
+    ranker_ids: tuple[str, ...]
+    query: Ints
+    document: Ints
+    rank: Ints
+    clicked: npt.NDArray[np.bool_]
+    ranker: Ints
+    list_id: Ints
+    swap_rank: Ints
+    records: int = 0
+
+    @property
+    def impressions(self) -> int:
+        return len(self.rank)
+
+
+@dataclass(frozen=True, slots=True)
+class Propensities:
+    """Examination propensity per rank (index 0 is rank 1), relative to rank 1, and how they were
+    obtained."""
+
+    values: Floats
+    method: str
+    detail: str = ""
+
+    def at(self, ranks: Ints, clip: float) -> Floats:
+        """Propensities of 1-based ``ranks``, clipped from below; ranks past the table take the
+        deepest rank's value."""
+        table: Floats = np.maximum(self.values, clip)
+        chosen: Floats = table[np.minimum(ranks, len(table)) - 1]
+        return chosen
+
+
+def power_law(eta: float, max_rank: int = DEFAULT_MAX_RANK) -> Propensities:
+    """``p_k = (1/k)^eta``, the usual parametric curve (eta near 1 in web search logs)."""
+    if not math.isfinite(eta) or eta < 0:
+        raise ConfigError(f"eta must be a number >= 0, not {eta}")
+    ranks = np.arange(1, max_rank + 1, dtype=np.float64)
+    return Propensities((1.0 / ranks) ** eta, "power law", f"(1/k)^{eta:g}")
+
+
+def propensity_table(values: Sequence[float]) -> Propensities:
+    """Propensities the user measured, for ranks 1, 2, ...; scaled so rank 1 is 1."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or not len(array) or not np.all(np.isfinite(array)) or np.any(array <= 0):
+        raise ConfigError("a propensity table needs positive numbers for ranks 1, 2, ...")
+    return Propensities(array / array[0], "given table")
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+DOCUMENT_KEYS = ("document_id", "doc_id")
+LIST_KEYS = ("list_id", "session_id", "impression_id")
+RANKER_KEYS = ("ranker", "variant")
+
+
+def read_click_log(
+    data: Any, *, input_format: str | None = None, on_invalid: str = "fail"
+) -> tuple[ClickLog, dict[str, int]]:
+    """Impressions from a file or records, in either shape, with the count of skipped records by
+    reason (``invalid`` under ``on_invalid="skip"``).
+
+    * one impression per record: ``query_id``, ``document_id`` (or ``doc_id``), ``rank`` (1-based),
+      ``clicked``; optional ``ranker`` (or ``variant``), ``list_id`` (or ``session_id``,
+      ``impression_id``; without one, each (query, ranker) record group is not a list) and
+      ``swap_rank``;
+    * one result list per record, as in a trace: ``query_id``, ``retrieved_ids`` (rank order),
+      ``clicked_ids``; optional ``ranker``/``variant`` and ``swap_rank``.
+    """
+    builder = _LogBuilder()
+    skipped: dict[str, int] = {}
+    for raw in open_source(data, input_format):
+        builder.records += 1
+        try:
+            builder.add(raw)
+        except InputError:
+            if on_invalid == "fail":
+                raise
+            skipped["invalid"] = skipped.get("invalid", 0) + 1
+    return builder.build(), skipped
+
+
+class _LogBuilder:
+    def __init__(self) -> None:
+        self.records = 0
+        self.queries: dict[str, int] = {}
+        self.documents: dict[str, int] = {}
+        self.rankers: dict[str, int] = {}
+        self.lists: dict[tuple[str, str], int] = {}
+        self.columns: dict[str, list[int]] = {
+            name: [] for name in ("query", "document", "rank", "clicked", "ranker", "list", "swap")
+        }
+
+    def add(self, raw: RawRecord) -> None:
+        if raw.problem is not None:
+            raise InputError(raw.location, None, raw.problem)
+        record = raw.value
+        if not isinstance(record, dict):
+            raise InputError(raw.location, None, f"expected an object, got {kind_name(record)}")
+        query = _identifier(record.get("query_id"), raw.location, "query_id")
+        ranker_key = next((k for k in RANKER_KEYS if record.get(k) is not None), None)
+        ranker = -1 if ranker_key is None else self._index(self.rankers, str(record[ranker_key]))
+        swap = _whole(record.get("swap_rank", 0) or 0, raw.location, "swap_rank", minimum=0)
+        if "retrieved_ids" in record:
+            self._add_list(record, raw.location, query, ranker, swap)
+        else:
+            self._add_impression(record, raw.location, query, ranker, swap)
+
+    def _add_list(
+        self, record: dict[str, Any], location: Location, query: str, ranker: int, swap: int
+    ) -> None:
+        shown = _id_list(record.get("retrieved_ids"), location, "retrieved_ids")
+        clicked = set(_id_list(record.get("clicked_ids") or [], location, "clicked_ids"))
+        unknown = clicked.difference(shown)
+        if unknown:
+            raise InputError(
+                location, "clicked_ids", f"{sorted(unknown)[0]!r} was clicked but not shown"
+            )
+        list_id = len(self.lists)
+        self.lists[("", str(list_id))] = list_id
+        query_index = self._index(self.queries, query)
+        for rank, document in enumerate(dict.fromkeys(shown), start=1):
+            self._append(query_index, document, rank, document in clicked, ranker, list_id, swap)
+
+    def _add_impression(
+        self, record: dict[str, Any], location: Location, query: str, ranker: int, swap: int
+    ) -> None:
+        key = next((k for k in DOCUMENT_KEYS if k in record), DOCUMENT_KEYS[0])
+        document = _identifier(record.get(key), location, key)
+        rank = _whole(record.get("rank"), location, "rank", minimum=1)
+        clicked = record.get("clicked")
+        if clicked in (0, 1) and not isinstance(clicked, float):
+            clicked = bool(clicked)
+        if not isinstance(clicked, bool):
+            raise InputError(location, "clicked", f"expected true or false, got {clicked!r}")
+        list_key = next((k for k in LIST_KEYS if record.get(k) is not None), None)
+        name = str(record[list_key]) if list_key else f"{query}\x00{ranker}\x00{self.records}"
+        list_id = self._index(self.lists, (query, name))
+        self._append(
+            self._index(self.queries, query), document, rank, clicked, ranker, list_id, swap
+        )
+
+    def _append(
+        self,
+        query: int,
+        document: str,
+        rank: int,
+        clicked: bool,
+        ranker: int,
+        list_id: int,
+        swap: int,
+    ) -> None:
+        columns = self.columns
+        columns["query"].append(query)
+        columns["document"].append(self._index(self.documents, document))
+        columns["rank"].append(rank)
+        columns["clicked"].append(int(clicked))
+        columns["ranker"].append(ranker)
+        columns["list"].append(list_id)
+        columns["swap"].append(swap)
+
+    @staticmethod
+    def _index(table: dict[Any, int], key: Any) -> int:
+        found = table.get(key)
+        if found is None:
+            found = table[key] = len(table)
+        return found
+
+    def build(self) -> ClickLog:
+        def ints(name: str) -> Ints:
+            return np.asarray(self.columns[name], dtype=np.int64)
+
+        return ClickLog(
+            query_ids=tuple(self.queries),
+            document_ids=tuple(self.documents),
+            ranker_ids=tuple(self.rankers),
+            query=ints("query"),
+            document=ints("document"),
+            rank=ints("rank"),
+            clicked=ints("clicked").astype(np.bool_),
+            ranker=ints("ranker"),
+            list_id=ints("list"),
+            swap_rank=ints("swap"),
+            records=self.records,
+        )
+
+
+def _identifier(value: Any, location: Location, name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        raise InputError(location, name, f"expected a non-empty string or integer, got {value!r}")
+    return str(value)
+
+
+def _id_list(value: Any, location: Location, name: str) -> list[str]:
+    if not isinstance(value, list):
+        raise InputError(location, name, f"expected a list of IDs, got {kind_name(value)}")
+    return [_identifier(item, location, f"{name}[{i}]") for i, item in enumerate(value)]
+
+
+def _whole(value: Any, location: Location, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise InputError(location, name, f"expected a whole number, got {value!r}")
+    if value < minimum:
+        raise InputError(location, name, f"must be at least {minimum}, got {value}")
+    return int(value)
+
+
+# --- propensities ---------------------------------------------------------------------------------
+
+
+def estimate_propensities(
+    log: ClickLog, method: str, max_rank: int = DEFAULT_MAX_RANK, *, iterations: int = 200
+) -> Propensities:
+    """Propensities for ranks 1..``max_rank``, relative to rank 1, estimated from the logs."""
+    if method not in ESTIMATORS:
+        raise ConfigError(f"unknown estimator {method!r} (estimators: {', '.join(ESTIMATORS)})")
+    shown = log.rank <= max_rank
+    if not np.any(shown & log.clicked):
+        raise UsageError("no clicks in the top ranks: nothing to estimate propensities from")
+    if method == "swap":
+        return _swap(log, max_rank)
+    if method == "harvest":
+        return _harvest(log, max_rank)
+    return _em(log, max_rank, iterations)
+
+
+def _swap(log: ClickLog, max_rank: int) -> Propensities:
+    """Click rate at rank k in lists whose rank 1 was swapped with k, over the click rate at rank 1
+    in lists left alone: both are the click rate of the would-be top result."""
+    control_lists = np.unique(log.list_id[log.swap_rank == 0])
+    if not len(control_lists) or not np.any(log.swap_rank > 0):
+        raise UsageError(
+            "the swap estimator needs randomized swap lists (swap_rank) and lists left alone"
+        )
+    top_control = (log.swap_rank == 0) & (log.rank == 1)
+    base = log.clicked[top_control].sum() / len(control_lists)
+    if base <= 0:
+        raise UsageError("no clicks at rank 1 in the lists left alone")
+    values = np.full(max_rank, np.nan)
+    values[0] = 1.0
+    counts = []
+    for k in range(2, max_rank + 1):
+        swapped = log.swap_rank == k
+        lists = len(np.unique(log.list_id[swapped]))
+        counts.append(lists)
+        if lists:
+            values[k - 1] = log.clicked[swapped & (log.rank == k)].sum() / lists / base
+    return Propensities(
+        _fill(values), "swap", f"{len(control_lists):,} lists left alone, {sum(counts):,} swapped"
+    )
+
+
+def _harvest(log: ClickLog, max_rank: int) -> Propensities:
+    """Ratios p_k / p_k' from (query, document) pairs shown at both ranks, combined in log space
+    by least squares weighted by how many pairs support each ratio."""
+    keep = log.rank <= max_rank
+    pair = log.query[keep] * len(log.document_ids) + log.document[keep]
+    rank = log.rank[keep] - 1
+    clicks = log.clicked[keep].astype(np.float64)
+    pairs, pair_index = np.unique(pair, return_inverse=True)
+    cells = pair_index * max_rank + rank
+    shown = np.bincount(cells, minlength=len(pairs) * max_rank).reshape(len(pairs), max_rank)
+    clicked = np.bincount(cells, clicks, minlength=len(pairs) * max_rank).reshape(
+        len(pairs), max_rank
+    )
+    rate = np.divide(clicked, shown, out=np.zeros_like(clicked), where=shown > 0)
+    rows, targets, weights = [], [], []
+    for k in range(max_rank):
+        for j in range(k + 1, max_rank):
+            both = (shown[:, k] > 0) & (shown[:, j] > 0)
+            support = int(both.sum())
+            if support < HARVEST_MIN_PAIRS:
+                continue
+            top, bottom = rate[both, k].sum(), rate[both, j].sum()
+            if top <= 0 or bottom <= 0:
+                continue
+            row = np.zeros(max_rank)
+            row[k], row[j] = 1.0, -1.0
+            rows.append(row)
+            targets.append(math.log(top / bottom))
+            weights.append(math.sqrt(support))
+    if not rows:
+        raise UsageError(
+            "intervention harvesting found no (query, document) pairs shown at two ranks: it "
+            "needs logs from several rankers"
+        )
+    # log p_1 = 0 pins the scale; each observed ratio is one weighted equation.
+    anchor = np.zeros(max_rank)
+    anchor[0] = 1.0
+    weight = max(weights) * 10
+    system = np.vstack([*(r * w for r, w in zip(rows, weights, strict=True)), anchor * weight])
+    rhs = np.array([*(t * w for t, w in zip(targets, weights, strict=True)), 0.0])
+    solved, *_ = np.linalg.lstsq(system, rhs, rcond=None)
+    reached = np.zeros(max_rank, dtype=np.bool_)
+    reached[0] = True
+    for row in rows:
+        reached[np.flatnonzero(row)] = True
+    values = np.where(reached, np.exp(solved), np.nan)
+    return Propensities(
+        _fill(values / values[0]), "harvest", f"{len(rows)} rank pairs, {len(pairs):,} pairs"
+    )
+
+
+def _em(log: ClickLog, max_rank: int, iterations: int) -> Propensities:
+    """Expectation-maximisation on P(click) = p_rank * r(q, d), impressions to ``max_rank``."""
+    keep = log.rank <= max_rank
+    pair = log.query[keep] * len(log.document_ids) + log.document[keep]
+    _, pair_index = np.unique(pair, return_inverse=True)
+    rank = log.rank[keep] - 1
+    clicked = log.clicked[keep]
+    n_pairs = int(pair_index.max()) + 1
+    per_rank = np.bincount(rank, minlength=max_rank).astype(np.float64)
+    per_pair = np.bincount(pair_index, minlength=n_pairs).astype(np.float64)
+    theta = np.full(max_rank, 0.5)
+    gamma = np.full(n_pairs, 0.5)
+    for _ in range(iterations):
+        t, g = theta[rank], gamma[pair_index]
+        unclicked = 1.0 - t * g
+        # Posterior of "examined" and of "relevant" for each unclicked impression.
+        examined = np.where(clicked, 1.0, t * (1.0 - g) / unclicked)
+        relevant = np.where(clicked, 1.0, (1.0 - t) * g / unclicked)
+        new_theta = np.bincount(rank, examined, minlength=max_rank) / np.maximum(per_rank, 1)
+        gamma = np.clip(np.bincount(pair_index, relevant, minlength=n_pairs) / per_pair, 1e-6, 1)
+        new_theta = np.clip(new_theta, 1e-6, 1.0)
+        converged = np.max(np.abs(new_theta - theta)) < 1e-7
+        theta = new_theta
+        if converged:
+            break
+    values = np.where(per_rank > 0, theta, np.nan)
+    return Propensities(
+        _fill(values / theta[0]), "em", f"{n_pairs:,} pairs, {int(per_rank.sum()):,} impressions"
+    )
+
+
+def _fill(values: Floats) -> Floats:
+    """Ranks with no estimate take the next shallower rank's value (propensity never rises)."""
+    filled = values.copy()
+    for k in range(1, len(filled)):
+        if not np.isfinite(filled[k]):
+            filled[k] = filled[k - 1]
+    return filled
+
+
+# --- labels ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class ClickLabels:
+    """One entry per (query, document) shown: clicks, expected examinations, the smoothed click
+    score, its standard error and, where enough examinations back it, a grade."""
+
+    log: ClickLog
+    propensities: Propensities
+    query: Ints
+    document: Ints
+    clicks: Floats
+    examinations: Floats
+    score: Floats
+    std_error: Floats
+    grade: Ints  # -1: too few examinations, left unlabeled
+    thresholds: tuple[float, ...]
+    settings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def labeled(self) -> int:
+        return int((self.grade >= 0).sum())
+
+    @property
+    def unlabeled(self) -> int:
+        return int((self.grade < 0).sum())
+
+    def grades_by_pair(self) -> dict[tuple[str, str], int]:
+        """(query ID, document ID) -> grade, for the labeled pairs."""
+        ids, docs = self.log.query_ids, self.log.document_ids
+        return {
+            (ids[q], docs[d]): int(g)
+            for q, d, g in zip(
+                self.query.tolist(), self.document.tolist(), self.grade.tolist(), strict=True
+            )
+            if g >= 0
+        }
+
+    def records(self, source: str = "clicks") -> Iterator[dict[str, Any]]:
+        """One record per query with a labeled pair, in the shape ``rankgate eval`` reads:
+        ``relevance_scores``, plus ``label_confidence`` per document."""
+        order = np.lexsort((self.document, self.query))
+        current = -1
+        record: dict[str, Any] = {}
+        for index in order.tolist():
+            if self.grade[index] < 0:
+                continue
+            query = int(self.query[index])
+            if query != current:
+                if record:
+                    yield record
+                current = query
+                record = {
+                    "query_id": self.log.query_ids[query],
+                    "relevance_scores": {},
+                    "label_confidence": {},
+                    "source": f"{source}:{self.propensities.method}",
+                }
+            document = self.log.document_ids[int(self.document[index])]
+            record["relevance_scores"][document] = int(self.grade[index])
+            record["label_confidence"][document] = {
+                "click_score": round(float(self.score[index]), 6),
+                "examinations": round(float(self.examinations[index]), 3),
+                "std_error": round(float(self.std_error[index]), 6),
+            }
+        if record:
+            yield record
+
+
+def click_labels(
+    log: ClickLog,
+    propensities: Propensities,
+    *,
+    clip: float = DEFAULT_CLIP,
+    prior_strength: float = DEFAULT_PRIOR_STRENGTH,
+    min_examinations: float = DEFAULT_MIN_EXAMINATIONS,
+    thresholds: Sequence[float] | None = None,
+    calibration: Mapping[tuple[str, str], float] | None = None,
+) -> ClickLabels:
+    """Clicks over expected examinations per (query, document), smoothed and graded.
+
+    ``thresholds`` are the click scores at which grades 1, 2, 3 ... begin (default
+    ``DEFAULT_THRESHOLDS``); ``calibration`` instead sets them from human grades of some pairs, so
+    the grades of those pairs are distributed as the human ones (quantile matching).
+    """
+    if not 0 < clip <= 1:
+        raise ConfigError(f"clip must be in (0, 1], not {clip}")
+    if prior_strength < 0 or min_examinations < 0:
+        raise ConfigError("prior strength and minimum examinations must be >= 0")
+    weight = propensities.at(log.rank, clip)
+    pair = log.query * len(log.document_ids) + log.document
+    pairs, pair_index = np.unique(pair, return_inverse=True)
+    clicks: Floats = np.bincount(
+        pair_index, log.clicked.astype(np.float64), minlength=len(pairs)
+    ).astype(np.float64)
+    examinations: Floats = np.bincount(pair_index, weight, minlength=len(pairs)).astype(np.float64)
+    total = examinations.sum()
+    prior = clicks.sum() / total if total > 0 else 0.0
+    score = (clicks + prior_strength * prior) / (examinations + prior_strength)
+    bounded = np.clip(score, 0.0, 1.0)
+    std_error = np.sqrt(bounded * (1 - bounded) / np.maximum(examinations + prior_strength, 1e-9))
+    query, document = pairs // len(log.document_ids), pairs % len(log.document_ids)
+    enough = examinations >= min_examinations
+    if calibration is not None:
+        cuts = _calibrated(log, query, document, score, enough, calibration)
+    else:
+        cuts = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS))
+        if any(b <= a for a, b in itertools.pairwise(cuts)):
+            raise ConfigError(f"thresholds must increase: {', '.join(map(str, cuts))}")
+    grade = np.searchsorted(np.asarray(cuts), score, side="right").astype(np.int64)
+    grade[~enough] = -1
+    return ClickLabels(
+        log=log,
+        propensities=propensities,
+        query=query.astype(np.int64),
+        document=document.astype(np.int64),
+        clicks=clicks,
+        examinations=examinations,
+        score=score,
+        std_error=std_error,
+        grade=grade,
+        thresholds=cuts,
+        settings={
+            "clip": clip,
+            "prior_strength": prior_strength,
+            "min_examinations": min_examinations,
+            "prior": prior,
+        },
+    )
+
+
+def _calibrated(
+    log: ClickLog,
+    query: Ints,
+    document: Ints,
+    score: Floats,
+    enough: npt.NDArray[np.bool_],
+    human: Mapping[tuple[str, str], float],
+) -> tuple[float, ...]:
+    """Thresholds under which the click scores of human-graded pairs fall into grades in the
+    humans' proportions."""
+    ids, docs = log.query_ids, log.document_ids
+    matched = [
+        (float(score[i]), human[key])
+        for i in np.flatnonzero(enough).tolist()
+        if (key := (ids[int(query[i])], docs[int(document[i])])) in human
+    ]
+    if len(matched) < 20:
+        raise UsageError(
+            f"only {len(matched)} human-graded pairs have enough clicks to calibrate on "
+            "(at least 20 are needed)"
+        )
+    scores = np.array([s for s, _ in matched])
+    grades = np.array([g for _, g in matched])
+    levels = sorted({int(g) for g in grades.tolist()})
+    top = max(levels)
+    cuts = []
+    for level in range(1, top + 1):
+        share_below = float(np.mean(grades < level))
+        cuts.append(float(np.quantile(scores, share_below)))
+    # Equal quantiles (a grade no pair has) would make two thresholds one: nudge them apart.
+    for i in range(1, len(cuts)):
+        cuts[i] = max(cuts[i], cuts[i - 1] + 1e-9)
+    return tuple(cuts)
+
+
+def read_human_grades(data: Any, fields: Any = None) -> dict[tuple[str, str], float]:
+    """(query, document) -> grade from any label file ``rankgate label import`` reads."""
+    from rankgate.labels import read_judgments
+
+    return {(j.query_id, j.document_id): j.grade for j in read_judgments(data, fields=fields)}
+
+
+def summarise(labels: ClickLabels) -> list[str]:
+    """Lines for a person: the estimator, the propensities, coverage and the grade distribution."""
+    p = labels.propensities
+    curve = ", ".join(f"{k}:{v:.3f}" for k, v in enumerate(p.values.tolist(), start=1))
+    counts = np.bincount(labels.grade[labels.grade >= 0], minlength=len(labels.thresholds) + 1)
+    pairs = len(labels.grade)
+    queries = len(np.unique(labels.query[labels.grade >= 0]))
+    lines = [
+        f"{labels.log.records:,} records, {labels.log.impressions:,} impressions of "
+        f"{pairs:,} (query, document) pairs in {len(labels.log.query_ids):,} queries",
+        f"propensities ({p.method}{'; ' + p.detail if p.detail else ''}), relative to rank 1, "
+        f"clipped at {labels.settings['clip']:g}: {curve}",
+        f"labeled {labels.labeled:,} pairs in {queries:,} queries; left unlabeled "
+        f"{labels.unlabeled:,} pairs with fewer than {labels.settings['min_examinations']:g} "
+        "expected examinations",
+        "thresholds (click score where each grade starts): "
+        + ", ".join(f"{g + 1}: {t:.4f}" for g, t in enumerate(labels.thresholds))
+        + " · grades: "
+        + ", ".join(f"{g}: {int(c):,}" for g, c in enumerate(counts.tolist())),
+    ]
+    return lines
