@@ -58,6 +58,7 @@ from rankgate.io import open_source
 from rankgate.io.validate import RawRecord, kind_name
 
 __all__ = [
+    "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
     "ClickLabels",
     "ClickLog",
@@ -72,11 +73,14 @@ __all__ = [
 ]
 
 ESTIMATORS = ("em", "harvest", "swap")
+DEFAULT_ESTIMATOR = "harvest"
 DEFAULT_THRESHOLDS = (0.1, 0.3, 0.6)
 DEFAULT_MAX_RANK = 10
 DEFAULT_CLIP = 0.05
 DEFAULT_MIN_EXAMINATIONS = 5.0
 DEFAULT_PRIOR_STRENGTH = 1.0
+# Ranks past this are taken for a logging error rather than a real position.
+MAX_RANK_ACCEPTED = 1_000_000
 # Rank pairs with fewer shared (query, document) pairs than this are left out of harvesting.
 HARVEST_MIN_PAIRS = 10
 
@@ -183,6 +187,8 @@ class _LogBuilder:
         self.documents: dict[str, int] = {}
         self.rankers: dict[str, int] = {}
         self.lists: dict[tuple[str, str], int] = {}
+        # Per list, the documents and ranks already shown, to refuse an impression logged twice.
+        self.seen: dict[int, set[tuple[int, Any]]] = {}
         self.columns: dict[str, list[int]] = {
             name: [] for name in ("query", "document", "rank", "clicked", "ranker", "list", "swap")
         }
@@ -197,6 +203,8 @@ class _LogBuilder:
         ranker_key = next((k for k in RANKER_KEYS if record.get(k) is not None), None)
         ranker = -1 if ranker_key is None else self._index(self.rankers, str(record[ranker_key]))
         swap = _whole(record.get("swap_rank", 0) or 0, raw.location, "swap_rank", minimum=0)
+        if swap == 1:
+            raise InputError(raw.location, "swap_rank", "rank 1 cannot be swapped with itself")
         if "retrieved_ids" in record:
             self._add_list(record, raw.location, query, ranker, swap)
         else:
@@ -214,15 +222,22 @@ class _LogBuilder:
             )
         list_id = len(self.lists)
         self.lists[("", str(list_id))] = list_id
+        if len(set(shown)) != len(shown):
+            twice = next(doc for doc in shown if shown.count(doc) > 1)
+            raise InputError(location, "retrieved_ids", f"{twice!r} appears twice in one list")
+        if swap > len(shown):
+            raise InputError(
+                location, "swap_rank", f"{swap} is past the list's {len(shown)} results"
+            )
         query_index = self._index(self.queries, query)
-        for rank, document in enumerate(dict.fromkeys(shown), start=1):
+        for rank, document in enumerate(shown, start=1):
             self._append(query_index, document, rank, document in clicked, ranker, list_id, swap)
 
     def _add_impression(
         self, record: dict[str, Any], location: Location, query: str, ranker: int, swap: int
     ) -> None:
-        key = next((k for k in DOCUMENT_KEYS if k in record), DOCUMENT_KEYS[0])
-        document = _identifier(record.get(key), location, key)
+        doc_key = next((k for k in DOCUMENT_KEYS if k in record), DOCUMENT_KEYS[0])
+        document = _identifier(record.get(doc_key), location, doc_key)
         rank = _whole(record.get("rank"), location, "rank", minimum=1)
         clicked = record.get("clicked")
         if clicked in (0, 1) and not isinstance(clicked, float):
@@ -232,6 +247,11 @@ class _LogBuilder:
         list_key = next((k for k in LIST_KEYS if record.get(k) is not None), None)
         name = str(record[list_key]) if list_key else f"{query}\x00{ranker}\x00{self.records}"
         list_id = self._index(self.lists, (query, name))
+        seen = self.seen.setdefault(list_id, set())
+        for shown_key, field_name in (((0, document), doc_key), ((1, rank), "rank")):
+            if shown_key in seen:
+                raise InputError(location, field_name, "shown twice in one list")
+            seen.add(shown_key)
         self._append(
             self._index(self.queries, query), document, rank, clicked, ranker, list_id, swap
         )
@@ -301,6 +321,8 @@ def _whole(value: Any, location: Location, name: str, *, minimum: int) -> int:
             raise InputError(location, name, f"expected a whole number, got {value!r}")
     if value < minimum:
         raise InputError(location, name, f"must be at least {minimum}, got {value}")
+    if value > MAX_RANK_ACCEPTED:
+        raise InputError(location, name, f"must be at most {MAX_RANK_ACCEPTED:,}, got {value}")
     return int(value)
 
 
@@ -331,19 +353,20 @@ def _swap(log: ClickLog, max_rank: int) -> Propensities:
         raise UsageError(
             "the swap estimator needs randomized swap lists (swap_rank) and lists left alone"
         )
+    # Rates per impression at the rank in question, so lists of different lengths (or impression
+    # logs without list IDs) do not bias either side.
     top_control = (log.swap_rank == 0) & (log.rank == 1)
-    base = log.clicked[top_control].sum() / len(control_lists)
+    base = log.clicked[top_control].sum() / max(int(top_control.sum()), 1)
     if base <= 0:
         raise UsageError("no clicks at rank 1 in the lists left alone")
     values = np.full(max_rank, np.nan)
     values[0] = 1.0
     counts = []
     for k in range(2, max_rank + 1):
-        swapped = log.swap_rank == k
-        lists = len(np.unique(log.list_id[swapped]))
-        counts.append(lists)
-        if lists:
-            values[k - 1] = log.clicked[swapped & (log.rank == k)].sum() / lists / base
+        at_k = (log.swap_rank == k) & (log.rank == k)
+        counts.append(len(np.unique(log.list_id[log.swap_rank == k])))
+        if at_k.any():
+            values[k - 1] = log.clicked[at_k].sum() / int(at_k.sum()) / base
     return Propensities(
         _fill(values), "swap", f"{len(control_lists):,} lists left alone, {sum(counts):,} swapped"
     )
@@ -390,14 +413,33 @@ def _harvest(log: ClickLog, max_rank: int) -> Propensities:
     system = np.vstack([*(r * w for r, w in zip(rows, weights, strict=True)), anchor * weight])
     rhs = np.array([*(t * w for t, w in zip(targets, weights, strict=True)), 0.0])
     solved, *_ = np.linalg.lstsq(system, rhs, rcond=None)
+    reached = _linked_to_top([tuple(np.flatnonzero(row).tolist()) for row in rows], max_rank)
+    if not reached[1]:
+        raise UsageError(
+            "intervention harvesting cannot link rank 2 to rank 1: no (query, document) pairs "
+            "were shown at both by different rankers"
+        )
+    values = np.where(reached, np.exp(solved), np.nan)
+    detail = f"{len(rows)} rank pairs, {len(pairs):,} pairs"
+    if not reached.all():
+        missing = ", ".join(str(k + 1) for k in np.flatnonzero(~reached).tolist())
+        detail += f"; ranks {missing} not linked to rank 1 take the value of the rank above"
+    return Propensities(_fill(values / values[0]), "harvest", detail)
+
+
+def _linked_to_top(edges: list[tuple[int, ...]], max_rank: int) -> npt.NDArray[np.bool_]:
+    """Ranks connected to rank 1 through rank pairs with shared (query, document) pairs: only
+    their ratios to rank 1 are identified."""
     reached = np.zeros(max_rank, dtype=np.bool_)
     reached[0] = True
-    for row in rows:
-        reached[np.flatnonzero(row)] = True
-    values = np.where(reached, np.exp(solved), np.nan)
-    return Propensities(
-        _fill(values / values[0]), "harvest", f"{len(rows)} rank pairs, {len(pairs):,} pairs"
-    )
+    changed = True
+    while changed:
+        changed = False
+        for a, b in edges:
+            if reached[a] != reached[b]:
+                reached[a] = reached[b] = True
+                changed = True
+    return reached
 
 
 def _em(log: ClickLog, max_rank: int, iterations: int) -> Propensities:
@@ -410,6 +452,15 @@ def _em(log: ClickLog, max_rank: int, iterations: int) -> Propensities:
     n_pairs = int(pair_index.max()) + 1
     per_rank = np.bincount(rank, minlength=max_rank).astype(np.float64)
     per_pair = np.bincount(pair_index, minlength=n_pairs).astype(np.float64)
+    if per_rank[0] == 0:
+        raise UsageError("EM needs impressions at rank 1, which propensities are relative to")
+    ranks_per_pair = np.bincount(np.unique(pair_index * max_rank + rank) // max_rank)
+    if not np.any(ranks_per_pair > 1):
+        raise UsageError(
+            "EM cannot tell position from relevance here: no (query, document) pair was shown at "
+            "two different ranks; give the propensities (power:ETA or a file) or log several "
+            "rankers"
+        )
     theta = np.full(max_rank, 0.5)
     gamma = np.full(n_pairs, 0.5)
     for _ in range(iterations):
@@ -526,10 +577,11 @@ def click_labels(
     ``DEFAULT_THRESHOLDS``); ``calibration`` instead sets them from human grades of some pairs, so
     the grades of those pairs are distributed as the human ones (quantile matching).
     """
-    if not 0 < clip <= 1:
+    if not (math.isfinite(clip) and 0 < clip <= 1):
         raise ConfigError(f"clip must be in (0, 1], not {clip}")
-    if prior_strength < 0 or min_examinations < 0:
-        raise ConfigError("prior strength and minimum examinations must be >= 0")
+    for name, value in (("prior strength", prior_strength), ("min examinations", min_examinations)):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{name} must be a number >= 0, not {value}")
     weight = propensities.at(log.rank, clip)
     pair = log.query * len(log.document_ids) + log.document
     pairs, pair_index = np.unique(pair, return_inverse=True)
@@ -537,17 +589,25 @@ def click_labels(
         pair_index, log.clicked.astype(np.float64), minlength=len(pairs)
     ).astype(np.float64)
     examinations: Floats = np.bincount(pair_index, weight, minlength=len(pairs)).astype(np.float64)
+    squared: Floats = np.bincount(pair_index, weight * weight, minlength=len(pairs)).astype(
+        np.float64
+    )
     total = examinations.sum()
     prior = clicks.sum() / total if total > 0 else 0.0
     score = (clicks + prior_strength * prior) / (examinations + prior_strength)
+    # Under the position-based model a click at an impression with propensity p is Bernoulli(p r),
+    # so sum(clicks) has variance r E - r^2 sum(p^2): larger than a plain binomial's.
     bounded = np.clip(score, 0.0, 1.0)
-    std_error = np.sqrt(bounded * (1 - bounded) / np.maximum(examinations + prior_strength, 1e-9))
+    variance = bounded * examinations - bounded**2 * squared
+    std_error = np.sqrt(np.maximum(variance, 0.0)) / np.maximum(examinations + prior_strength, 1e-9)
     query, document = pairs // len(log.document_ids), pairs % len(log.document_ids)
     enough = examinations >= min_examinations
     if calibration is not None:
         cuts = _calibrated(log, query, document, score, enough, calibration)
     else:
         cuts = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS))
+        if not all(math.isfinite(t) for t in cuts):
+            raise ConfigError("thresholds must be finite numbers")
         if any(b <= a for a, b in itertools.pairwise(cuts)):
             raise ConfigError(f"thresholds must increase: {', '.join(map(str, cuts))}")
     grade = np.searchsorted(np.asarray(cuts), score, side="right").astype(np.int64)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click_simulator import Simulation, simulate
+from click_simulator import CLICK_GIVEN_GRADE, Simulation, simulate
 from scipy.stats import kendalltau, spearmanr
 
 from rankgate import Settings, evaluate
@@ -129,19 +129,21 @@ def test_debiased_labels_recover_true_grades_better_than_raw_ctr(
     assert ours > naive, f"per-query tau: debiased {ours:.3f} vs raw CTR {naive:.3f}"
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("method", ["em", "harvest", "swap"])
 @pytest.mark.parametrize("curve", ["power law", "table"])
-def test_estimated_propensities_follow_the_true_curve(method: str, curve: str) -> None:
+def test_estimated_propensities_follow_the_true_curve(method: str, curve: str, seed: int) -> None:
     truth = power_law(1.0).values if curve == "power law" else NOT_A_POWER_LAW
     sim = simulate(
-        7, rankers=RANKERS, propensities=truth, swap_share=0.4 if method == "swap" else 0.0
+        seed, rankers=RANKERS, propensities=truth, swap_share=0.4 if method == "swap" else 0.0
     )
     log, _ = read_click_log(sim.records)
     estimated = estimate_propensities(log, method)
     assert estimated.method == method
     error = np.abs(estimated.values - truth)
-    # Swap estimates rest on the few lists swapped at each rank: allow them more noise.
-    tolerance = 0.08 if method == "swap" else 0.05
+    # Measured over seeds 1-4 and 7: EM and harvesting stay within 0.04 of the curve; swap
+    # estimates rest on the few lists swapped at each rank and reach 0.107.
+    tolerance = 0.12 if method == "swap" else 0.05
     assert error.max() < tolerance, f"{method}: {np.round(estimated.values, 3)} vs {truth}"
 
 
@@ -223,7 +225,7 @@ def test_cli_writes_labels_eval_reads(tmp_path: Path, capsys: pytest.CaptureFixt
     out = tmp_path / "labels.jsonl"
     code, text, err = run(capsys, "labels", "from-clicks", clicks, "--out", out)
     assert code == 0, err
-    assert "propensities (em" in text and "left unlabeled" in text
+    assert "propensities (harvest" in text and "left unlabeled" in text
     assert f"to {out}" in text
     records = [json.loads(line) for line in out.read_text().splitlines()]
     first = records[0]
@@ -307,3 +309,98 @@ def test_estimators_say_what_the_logs_lack() -> None:
     log, _ = read_click_log(single)
     with pytest.raises(UsageError, match="several rankers"):
         estimate_propensities(log, "harvest")
+
+
+def fixed_lists(queries: int, lists: int, *, skip_top: bool = False) -> list[dict[str, Any]]:
+    """Every query always shows the same ranking: position and relevance cannot be told apart."""
+    rows = []
+    for q in range(queries):
+        for n in range(lists):
+            for rank in range(2 if skip_top else 1, 11):
+                rows.append(
+                    {
+                        "query_id": f"q{q}",
+                        "document_id": f"q{q}-d{rank}",
+                        "rank": rank,
+                        "clicked": (q + n + rank) % 7 == 0,
+                        "list_id": f"q{q}-{n}",
+                    }
+                )
+    return rows
+
+
+def test_unidentifiable_logs_are_refused_not_guessed() -> None:
+    log, _ = read_click_log(fixed_lists(30, 5))
+    with pytest.raises(UsageError, match="harvesting"):
+        estimate_propensities(log, "harvest")
+    with pytest.raises(UsageError, match="cannot tell position from relevance"):
+        estimate_propensities(log, "em")
+    log, _ = read_click_log(fixed_lists(30, 5, skip_top=True))
+    with pytest.raises(UsageError, match="rank 1"):
+        estimate_propensities(log, "em")
+
+
+def test_standard_errors_cover_the_truth() -> None:
+    sim = simulate(4, rankers=RANKERS)
+    log, _ = read_click_log(sim.records)
+    labels = click_labels(log, power_law(1.0))
+    mask = labels.grade >= 0
+    truth = np.asarray(CLICK_GIVEN_GRADE)[true_grades(labels, sim, mask)]
+    inside = np.abs(labels.score[mask] - truth) <= 1.96 * labels.std_error[mask]
+    assert inside.mean() > 0.9, inside.mean()
+
+
+def test_calibration_holds_on_pairs_it_did_not_see() -> None:
+    sim = simulate(6, queries=200, rankers=RANKERS)
+    log, _ = read_click_log(sim.records)
+    pairs = list(sim.grades.items())
+    fit = dict(pairs[0::4])
+    held_out = dict(pairs[2::4])
+
+    def agreement(propensities: Propensities) -> float:
+        graded = click_labels(log, propensities, calibration=fit).grades_by_pair()
+        shared = [key for key in held_out if key in graded]
+        return float(np.mean([graded[k] == held_out[k] for k in shared]))
+
+    good = agreement(estimate_propensities(log, "harvest"))
+    wrong = agreement(Propensities(np.linspace(1.0, 10.0, 10), "wrong"))
+    assert good > 0.65 and good > wrong + 0.05, (good, wrong)
+
+
+@pytest.mark.parametrize(
+    ("rows", "fragment"),
+    [
+        ([{"query_id": "q", "retrieved_ids": ["a", "a", "b"], "clicked_ids": []}], "twice"),
+        (
+            [
+                {"query_id": "q", "document_id": "a", "rank": 1, "clicked": True, "list_id": 1},
+                {"query_id": "q", "document_id": "a", "rank": 2, "clicked": True, "list_id": 1},
+            ],
+            "shown twice",
+        ),
+        ([{"query_id": "q", "document_id": "a", "rank": 1e300, "clicked": True}], "at most"),
+        ([{"query_id": "q", "retrieved_ids": ["a"], "clicked_ids": [], "swap_rank": 1}], "swap"),
+    ],
+)
+def test_impossible_logs_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rows: list[dict[str, Any]], fragment: str
+) -> None:
+    clicks = write_jsonl(tmp_path / "c.jsonl", rows)
+    code, _, err = run(capsys, "labels", "from-clicks", clicks, "--out", tmp_path / "o.jsonl")
+    assert code == 2 and fragment in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--max-rank", "3000000000"], ["--prior-strength", "nan"], ["--thresholds", "nan,1,2"]],
+)
+def test_settings_out_of_range_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    sim = simulate(1, queries=20, rankers=RANKERS, lists_per_query=10)
+    clicks = write_jsonl(tmp_path / "c.jsonl", sim.records)
+    code, _, err = run(
+        capsys, "labels", "from-clicks", clicks, "--out", tmp_path / "o.jsonl",
+        "--propensity", "power:1", *option,
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in err and err.startswith("rankgate: error:")

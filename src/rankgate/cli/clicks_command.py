@@ -11,6 +11,7 @@ from typing import Any
 from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.clicks import (
     DEFAULT_CLIP,
+    DEFAULT_ESTIMATOR,
     DEFAULT_MAX_RANK,
     DEFAULT_MIN_EXAMINATIONS,
     DEFAULT_PRIOR_STRENGTH,
@@ -30,6 +31,9 @@ from rankgate.io import FORMATS
 
 __all__ = ["add_parser"]
 
+# Deeper than this, a per-rank propensity is neither estimable nor useful.
+MAX_RANKS_ESTIMATED = 1000
+
 
 def add_parser(label_commands: Any) -> None:
     parser = label_commands.add_parser(
@@ -48,10 +52,10 @@ def add_parser(label_commands: Any) -> None:
     parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="labels to write")
     parser.add_argument(
         "--propensity",
-        default="em",
+        default=DEFAULT_ESTIMATOR,
         metavar="HOW",
-        help="em (default), harvest or swap to estimate from the logs; power:ETA for (1/k)^ETA; "
-        "or a file with one propensity per line for ranks 1, 2, ...",
+        help=f"harvest, em or swap to estimate from the logs (default {DEFAULT_ESTIMATOR}); "
+        "power:ETA for (1/k)^ETA; or a file with one propensity per line for ranks 1, 2, ...",
     )
     parser.add_argument(
         "--max-rank",
@@ -106,8 +110,8 @@ def add_parser(label_commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_rank < 1:
-        raise UsageError("--max-rank must be at least 1")
+    if not 1 <= args.max_rank <= MAX_RANKS_ESTIMATED:
+        raise UsageError(f"--max-rank must be between 1 and {MAX_RANKS_ESTIMATED}")
     log, skipped = read_click_log(
         args.clicks, input_format=args.input_format, on_invalid=args.on_invalid
     )
