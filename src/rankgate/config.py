@@ -53,6 +53,8 @@ _KNOWN_KEYS = {
     "seed",
     "resamples",
     "segments",
+    "monitor",
+    "alerts",
 }
 _SEGMENT_KEYS = {"gates", "min_queries", "min_coverage", "gate_on"}
 
@@ -78,6 +80,8 @@ class Config:
     seed: int | None = None
     resamples: int | None = None
     rules: tuple[SegmentRule, ...] = ()
+    monitor: dict[str, Any] | None = None
+    alerts: dict[str, Any] | None = None
 
 
 def load_config(path: Path) -> Config:
@@ -114,7 +118,10 @@ def load_config(path: Path) -> Config:
     except ConfigError as problem:
         raise ConfigError(f"{path}: {problem}") from None
     corpus = data.get("corpus")
+    monitor, alerts = _monitor_tables(data, path)
     return Config(
+        monitor=monitor,
+        alerts=alerts,
         path=path,
         metrics=_metrics(data.get("metrics"), path),
         relevance_threshold=_threshold(data.get("relevance_threshold"), path),
@@ -134,6 +141,27 @@ def load_config(path: Path) -> Config:
         resamples=_typed(data, "resamples", int, path),
         rules=rules,
     )
+
+
+def _monitor_tables(
+    data: dict[str, Any], path: Path
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The [monitor] and [alerts] tables, checked now so a typo fails every command alike."""
+    monitor = _table(data, "monitor", path) if "monitor" in data else None
+    alerts = _table(data, "alerts", path) if "alerts" in data else None
+    try:
+        if monitor is not None:
+            from rankgate.monitor.core import parse_monitor_table
+
+            parse_monitor_table(monitor, f"{path} [monitor]")
+        if alerts is not None:
+            from rankgate.monitor.alerts import parse_rules
+
+            parse_rules(alerts)
+    except ConfigError as problem:
+        text = str(problem)
+        raise ConfigError(text if text.startswith(str(path)) else f"{path}: {text}") from None
+    return monitor, alerts
 
 
 def _segment_rules(table: dict[str, Any], path: Path) -> tuple[SegmentRule, ...]:

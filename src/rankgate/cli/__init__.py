@@ -12,7 +12,13 @@ import sys
 from collections.abc import Sequence
 
 from rankgate import __version__
-from rankgate.cli import compare_command, eval_command, metrics_command, store_command
+from rankgate.cli import (
+    compare_command,
+    eval_command,
+    metrics_command,
+    monitor_command,
+    store_command,
+)
 from rankgate.cli.terminal import EXIT_USAGE, abort
 from rankgate.errors import RankgateError
 
@@ -30,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare_command.add_parser(commands)
     metrics_command.add_parser(commands)
     store_command.add_parsers(commands)
+    monitor_command.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Live monitoring: rolling metrics on sampled traffic, sustained-drop alerts, Prometheus."""
