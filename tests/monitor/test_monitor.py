@@ -251,16 +251,19 @@ def replay(seed: int, drop: bool, restart_at: int | None = None) -> list[Any]:
 
     rules = parse_rules(ALERTS)
     settings = config(metrics=["mrr"], views=["24h"], label_wait="1m")
-    monitor = Monitor(settings, AlertEngine(rules))
+    clock = [START]
+    monitor = Monitor(settings, AlertEngine(rules), clock=lambda: clock[0])
     fired = []
     for bucket, events in stream(seed, drop):
+        clock[0] = START + timedelta(minutes=5 * (bucket + 1))
         if bucket == restart_at:
             saved = json.loads(json.dumps(monitor.state()))
-            monitor = Monitor(settings, AlertEngine(rules))
+            monitor = Monitor(settings, AlertEngine(rules), clock=lambda: clock[0])
             monitor.restore(saved)
         for event in events:
             monitor.ingest(event)
-        fired += monitor.tick(START + timedelta(minutes=5 * (bucket + 1), seconds=1))
+        # One minute past the bucket's end, its label wait is over and it is judged.
+        fired += monitor.tick(START + timedelta(minutes=5 * (bucket + 1) + 1, seconds=1))
     return fired
 
 
@@ -314,3 +317,87 @@ def test_polling_a_trace_store_takes_each_trace_once(tmp_path: Path) -> None:
     stop.set()
     poller.join(5)
     assert monitor.counts["received"] == len(records)
+
+
+def test_group_labels_stay_bounded_whatever_clients_send() -> None:
+    monitor = Monitor(config(segment_by=["kind"], max_values=3))
+    for number in range(50):
+        monitor.ingest(
+            {
+                "query_id": f"q{number}",
+                "retrieved_ids": ["a"],
+                "relevant_ids": ["a"],
+                "variant": f"v{number}",
+                "kind": f"k{number}",
+            }
+        )
+    groups = {group for _, group in monitor.window(timedelta(hours=1))}
+    assert groups == {
+        "overall",
+        "variant=v0", "variant=v1", "variant=v2", "variant=(other)",
+        "kind=k0", "kind=k1", "kind=k2", "kind=(other)",
+    }  # fmt: skip
+
+
+def test_late_labels_reach_the_alerts_and_odd_times_are_counted() -> None:
+    from rankgate.monitor.alerts import AlertEngine, parse_rules
+
+    rules = parse_rules({"low": {"metric": "mrr", "below": 0.6, "min_queries": 1}})
+    now = [DAY_AFTER]
+    monitor = Monitor(config(label_wait="30m"), AlertEngine(rules), clock=lambda: now[0])
+    for n in range(10):
+        monitor.ingest(
+            {"query_id": f"q{n}", "retrieved_ids": ["a", "b"], "timestamp": now[0].isoformat()}
+        )
+    now[0] += timedelta(minutes=10)
+    assert monitor.tick() == []  # the bucket has ended, but its labels may still come
+    for n in range(10):
+        monitor.label(f"q{n}", {"b": 1})  # MRR 0.5 each, five minutes after the bucket ended
+    now[0] += timedelta(minutes=30)
+    fired = monitor.tick()
+    assert sorted((e.rule, e.group, e.state) for e in fired) == [
+        ("low", "overall", "firing"),
+        ("low", "variant=default", "firing"),
+    ]
+    # A date in the future or beyond the longest view is counted, not windowed.
+    future = {
+        "query_id": "f",
+        "retrieved_ids": ["a"],
+        "relevant_ids": ["a"],
+        "timestamp": "2030-01-01",
+    }
+    assert monitor.ingest(future) == "out_of_range"
+    assert monitor.ingest({**future, "timestamp": "2020-01-01"}) == "out_of_range"
+    assert monitor.counts["out_of_range"] == 2
+
+
+def test_a_restart_keeps_waiting_traces(tmp_path: Path) -> None:
+    first = Monitor(config(), clock=lambda: DAY_AFTER)
+    for n in range(5):
+        first.ingest(
+            {"query_id": f"q{n}", "retrieved_ids": ["a"], "timestamp": DAY_AFTER.isoformat()}
+        )
+    second = Monitor(config(), clock=lambda: DAY_AFTER)
+    second.restore(json.loads(json.dumps(first.state())))
+    assert second.label("q1", {"a": 1}) == 1
+    second.tick(DAY_AFTER + timedelta(hours=2))
+    counts = second.counts
+    assert counts["received"] == 5 and counts["scored"] == 1 and counts["unlabeled"] == 4
+
+
+def test_bodies_of_every_shape_and_misshape(served: MonitorServer) -> None:
+    event = {"query_id": "q", "retrieved_ids": ["a"], "relevant_ids": ["a"]}
+    pretty = json.dumps(event, indent=2).encode()
+    status, reply = request(served, "POST", "/v1/events", pretty)
+    assert status == 202 and json.loads(reply)["accepted"] == 1
+    status, reply = request(served, "POST", "/v1/events", b"[" * 100_000)
+    assert status == 400 and b"not valid JSON" in reply
+    host, port = served.address
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    connection.putrequest("POST", "/v1/events")
+    connection.putheader("Authorization", f"Bearer {TOKEN}")
+    connection.putheader("Content-Length", "\u00b2")
+    connection.endheaders()
+    assert connection.getresponse().status == 411
+    connection.close()
+    assert request(served, "GET", "/healthz", token="") == (200, b"ok\n")

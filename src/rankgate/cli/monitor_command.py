@@ -12,13 +12,15 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rankgate.cli.options import load_project_config
+from rankgate.cli.options import first, load_project_config
 from rankgate.cli.terminal import EXIT_OK
 from rankgate.errors import InputError, RankgateError, UsageError
+from rankgate.io import FieldMap
 from rankgate.monitor.core import Monitor, MonitorConfig, parse_monitor_table
 from rankgate.monitor.server import DEFAULT_MAX_BODY, MonitorServer, StateFile, Webhook
 from rankgate.store import StoreSource, Window, is_store_url
@@ -104,9 +106,23 @@ def _token(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port}: expected 0-65535")
+    for name, value in (("--tick", args.tick), ("--poll-every", args.poll_every)):
+        if not value > 0:
+            raise UsageError(f"{name} must be a number of seconds above 0")
+    if args.max_body < 1:
+        raise UsageError("--max-body must be at least 1 byte")
     token = _token(args)
     config = load_project_config(args)
     settings = MonitorConfig() if config.monitor is None else parse_monitor_table(config.monitor)
+    # The project's scoring conventions, so the monitor's numbers are eval's numbers.
+    settings = replace(
+        settings,
+        relevance_threshold=first(config.relevance_threshold, 1.0),
+        empty_relevant=first(config.empty_relevant, "skip"),
+        fields=FieldMap.from_assignments(config.fields),
+    )
     alerts = None
     if config.alerts:
         from rankgate.monitor.alerts import AlertEngine, parse_rules
@@ -160,7 +176,11 @@ def poll_store(
             for raw in StoreSource(url, Window(since=since)):
                 record = raw.value
                 trace_id = str(record.get("trace_id"))
-                stamp = parse_time(record["timestamp"], "timestamp")
+                try:
+                    stamp = parse_time(record["timestamp"], "timestamp")
+                except (KeyError, UsageError):
+                    monitor.count_unreadable()
+                    continue
                 if stamp == since and trace_id in taken_at_edge:
                     continue
                 with contextlib.suppress(InputError):  # counted as invalid by the monitor
@@ -170,7 +190,8 @@ def poll_store(
                 elif stamp == newest:
                     edge.add(trace_id)
             since, taken_at_edge = newest, edge
-        except RankgateError as problem:
+        except (RankgateError, KeyError, ValueError, OSError) as problem:
+            # The poller must outlive a bad record or a database hiccup: say so and go on.
             log.warning("polling %s failed: %s", redact_url(url), problem)
 
 
@@ -178,7 +199,7 @@ def _follow(monitor: Monitor, path: Path) -> None:
     """Take the lines appended to ``path`` from now on; a bad line is counted, never fatal."""
     while not path.exists():
         time.sleep(0.5)
-    with path.open("r", encoding="utf-8") as handle:
+    with path.open("r", encoding="utf-8", errors="replace") as handle:
         handle.seek(0, os.SEEK_END)
         number = 0
         pending = ""

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from rankgate.batch import BatchBuilder
 from rankgate.errors import ConfigError, InputError, Location
 from rankgate.io.validate import FieldMap, RawRecord, Trace, validate_record
@@ -37,9 +39,26 @@ DEFAULT_METRICS = ("mrr", "precision@5")
 SCORE_BATCH = 512
 # Queries whose labels are remembered, so a later trace of the same query is scored at once.
 LABELS_REMEMBERED = 100_000
-OUTCOMES = ("received", "invalid", "sampled_out", "scored", "unlabeled", "no_relevant")
+OUTCOMES = (
+    "received",
+    "invalid",
+    "out_of_range",
+    "sampled_out",
+    "scored",
+    "unlabeled",
+    "no_relevant",
+)
+# How far in the future an event's timestamp may be (clocks disagree a little).
+CLOCK_SKEW = timedelta(minutes=5)
+# Retrieved IDs per event, at most: bounds what a waiting trace can hold.
+MAX_RETRIEVED = 10_000
 VARIANT_FIELD = "variant"
 DEFAULT_VARIANT = "default"
+# Unlabeled traces held for their labels at once, at most.
+MAX_WAITING = 200_000
+# Distinct values kept per group field (variant, each segment field); the rest become OTHER_VALUE.
+DEFAULT_MAX_VALUES = 50
+OTHER_VALUE = "(other)"
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,8 @@ class MonitorConfig:
     label_wait: timedelta = timedelta(hours=1)
     relevance_threshold: float = 1.0
     fields: FieldMap = field(default_factory=FieldMap)
+    max_values: int = DEFAULT_MAX_VALUES
+    empty_relevant: str = "skip"
 
     @property
     def retention(self) -> timedelta:
@@ -65,7 +86,16 @@ class MonitorConfig:
 
 def parse_monitor_table(table: Mapping[str, Any], where: str = "[monitor]") -> MonitorConfig:
     """A ``MonitorConfig`` from a TOML table; ``ConfigError`` names the key on any problem."""
-    known = {"metrics", "bucket", "views", "segment_by", "sample", "seed", "label_wait"}
+    known = {
+        "metrics",
+        "bucket",
+        "views",
+        "segment_by",
+        "sample",
+        "seed",
+        "label_wait",
+        "max_values",
+    }
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(
@@ -92,6 +122,11 @@ def parse_monitor_table(table: Mapping[str, Any], where: str = "[monitor]") -> M
         values["segment_by"] = tuple(fields)
     if "sample" in table:
         values["sample"] = _sample(table["sample"], where)
+    if "max_values" in table:
+        limit = table["max_values"]
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"{where}: max_values must be a whole number >= 1")
+        values["max_values"] = limit
     if "seed" in table:
         if isinstance(table["seed"], bool) or not isinstance(table["seed"], int):
             raise ConfigError(f"{where}: seed must be an integer")
@@ -188,15 +223,17 @@ class Monitor:
         self._buckets: dict[tuple[int, str, str], _Stats] = {}
         self._closed_through = -1  # last bucket index handed to the alert engine
         self._pending: dict[str, list[_Pending]] = {}
+        self._waiting = 0
         self._labels: OrderedDict[str, dict[str, float]] = OrderedDict()
         self._queue: list[tuple[Trace, tuple[str, ...], int, dict[str, str]]] = []
         self._ordinal = 0
+        self._values: dict[str, set[str]] = {}
         self.recent_alerts: list[Any] = []
 
     # --- input ----------------------------------------------------------------------------------
 
     def ingest(self, record: Any, *, source: str = "event") -> str:
-        """Take one trace record; returns what became of it (``scored``, ``waiting``,
+        """Take one trace record; returns what became of it (``scored``, ``waiting``, ``unlabeled``,
         ``sampled_out``). A malformed record raises ``InputError`` and is counted ``invalid``."""
         with self._lock:
             self._ordinal += 1
@@ -208,12 +245,28 @@ class Monitor:
                     require_query_id=True,
                 )
                 moment = self._event_time(trace)
+                if len(trace.retrieved_ids) > MAX_RETRIEVED:
+                    raise InputError(
+                        trace.location,
+                        self.config.fields.retrieved_ids,
+                        f"{len(trace.retrieved_ids):,} IDs; the monitor takes at most "
+                        f"{MAX_RETRIEVED:,} per event",
+                    )
             except InputError:
                 self.counts["invalid"] += 1
                 raise
-            variant = str(trace.attributes.get(VARIANT_FIELD) or DEFAULT_VARIANT)
+            now = self.clock()
+            if not now - self.config.retention <= moment <= now + CLOCK_SKEW:
+                # Outside every window: it could only pollute one (a future date) or be dropped
+                # at the next tick (a past one), so it is counted and left out.
+                self.counts["out_of_range"] += 1
+                return "out_of_range"
+            variant = self._bounded(
+                VARIANT_FIELD, str(trace.attributes.get(VARIANT_FIELD) or DEFAULT_VARIANT)
+            )
             segments = {
-                name: segment_value(trace.attributes, name) for name in self.config.segment_by
+                name: self._bounded(name, segment_value(trace.attributes, name))
+                for name in self.config.segment_by
             }
             if not self._sampled(trace.query_id, segments):
                 self.counts["sampled_out"] += 1
@@ -224,10 +277,16 @@ class Monitor:
             if trace.grades is None:
                 known = self._labels.get(trace.query_id)
                 if known is None:
+                    if self._waiting >= MAX_WAITING:
+                        # Memory stays bounded however much unlabeled traffic arrives: past the
+                        # limit an unlabeled trace is counted at once instead of waiting.
+                        self.counts["unlabeled"] += 1
+                        return "unlabeled"
                     deadline = self.clock() + self.config.label_wait
                     self._pending.setdefault(trace.query_id, []).append(
                         _Pending(trace, groups, bucket, deadline, labels)
                     )
+                    self._waiting += 1
                     return "waiting"
                 trace = Trace(
                     trace.location, trace.query_id, trace.retrieved_ids, known, trace.attributes
@@ -245,6 +304,7 @@ class Monitor:
             while len(self._labels) > LABELS_REMEMBERED:
                 self._labels.popitem(last=False)
             waiting = self._pending.pop(str(query_id), [])
+            self._waiting -= len(waiting)
             for item in waiting:
                 trace = item.trace
                 labeled = Trace(
@@ -287,21 +347,26 @@ class Monitor:
             now = now or self.clock()
             for query_id in list(self._pending):
                 kept = [p for p in self._pending[query_id] if p.deadline > now]
-                self.counts["unlabeled"] += len(self._pending[query_id]) - len(kept)
+                expired = len(self._pending[query_id]) - len(kept)
+                self.counts["unlabeled"] += expired
+                self._waiting -= expired
                 if kept:
                     self._pending[query_id] = kept
                 else:
                     del self._pending[query_id]
             self._score_queue()
             current = self._bucket_index(now)
+            # A bucket is judged once its traces have had their whole label wait: labels from
+            # clicks or feedback come after the trace, and an early verdict would see none.
+            settled = self._bucket_index(now - self.config.label_wait)
             events: list[Any] = []
             # Only buckets that hold data can be observed; an empty bucket says nothing.
             finished = sorted(
-                {key[0] for key in self._buckets if self._closed_through < key[0] < current}
+                {key[0] for key in self._buckets if self._closed_through < key[0] < settled}
             )
             for index in finished:
                 events += self._close(index)
-            self._closed_through = max(self._closed_through, current - 1)
+            self._closed_through = max(self._closed_through, settled - 1)
             self._forget_before(current - self._buckets_kept())
             return events
 
@@ -336,11 +401,17 @@ class Monitor:
             self._score_queue()
             now = now or self.clock()
             first = self._bucket_index(now - view) + 1
+            last = self._bucket_index(now)
             merged: dict[tuple[str, str], _Stats] = {}
             for (bucket, metric, group), stats in self._buckets.items():
-                if bucket >= first:
+                if first <= bucket <= last:
                     merged.setdefault((metric, group), _Stats()).merge(stats)
             return {key: (s.count, s.mean) for key, s in sorted(merged.items())}
+
+    def alert_states(self) -> list[Any]:
+        """The alert engine's current states, read under the lock."""
+        with self._lock:
+            return [] if self.alerts is None else list(self.alerts.states())
 
     def flush(self) -> None:
         """Score everything queued now (reads call this themselves)."""
@@ -362,6 +433,20 @@ class Monitor:
                     for (bucket, metric, group), s in self._buckets.items()
                 ],
                 "alerts": None if self.alerts is None else self.alerts.to_dict(),
+                # Traces still waiting for labels, so a restart neither loses nor miscounts them.
+                "waiting": [
+                    [
+                        p.trace.query_id,
+                        p.trace.retrieved_ids,
+                        list(p.groups),
+                        p.bucket,
+                        p.deadline.isoformat(),
+                        p.labels,
+                    ]
+                    for waiting in self._pending.values()
+                    for p in waiting
+                ],
+                "values": {name: sorted(values) for name, values in self._values.items()},
             }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -376,6 +461,21 @@ class Monitor:
             }
             if self.alerts is not None and state.get("alerts") is not None:
                 self.alerts = type(self.alerts).from_dict(self.alerts.rules, state["alerts"])
+            self._values = {name: set(values) for name, values in state.get("values", {}).items()}
+            self._pending = {}
+            self._waiting = 0
+            for query_id, ids, groups, bucket, deadline, labels in state.get("waiting", []):
+                trace = Trace(Location("saved state"), str(query_id), list(ids), None, {})
+                self._pending.setdefault(str(query_id), []).append(
+                    _Pending(
+                        trace,
+                        tuple(groups),
+                        int(bucket),
+                        parse_time(deadline, "deadline"),
+                        dict(labels),
+                    )
+                )
+                self._waiting += 1
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -399,6 +499,18 @@ class Monitor:
             return True
         digest = hashlib.blake2b(f"{self.config.seed}\x00{query_id}".encode(), digest_size=8)
         return int.from_bytes(digest.digest(), "big") < rate * 2**64
+
+    def _bounded(self, field_name: str, value: str) -> str:
+        """The value as a group label, or ``(other)`` once the field has ``max_values`` distinct
+        values: labels come from events, and an unbounded set would grow every series without
+        limit (and let any client inflate the monitor's memory)."""
+        known = self._values.setdefault(field_name, set())
+        if value in known:
+            return value
+        if len(known) >= self.config.max_values:
+            return OTHER_VALUE
+        known.add(value)
+        return value
 
     def _groups(self, variant: str, segments: Mapping[str, str]) -> tuple[str, ...]:
         return ("overall", f"variant={variant}", *(f"{k}={v}" for k, v in segments.items()))
@@ -430,20 +542,26 @@ class Monitor:
         queue, self._queue = self._queue, []
         threshold = self.config.relevance_threshold
         kept = []
+        forced_zero: list[bool] = []
         builder = BatchBuilder()
         for item in queue:
             trace = item[0]
             assert trace.grades is not None
-            if not any(grade >= threshold for grade in trace.grades.values()):
+            has_relevant = any(grade >= threshold for grade in trace.grades.values())
+            if not has_relevant and self.config.empty_relevant == "skip":
                 self.counts["no_relevant"] += 1
                 continue
             builder.add(trace.retrieved_ids, trace.grades)
             kept.append(item)
+            forced_zero.append(not has_relevant)
         if not kept:
             return
         batch = builder.build()
         defaults = {"rel": threshold}
         values = {str(spec): spec.compute(batch, defaults) for spec in self.config.metrics}
+        zero = np.asarray(forced_zero, dtype=np.bool_)
+        for column in values.values():
+            column[zero] = 0.0  # as eval does under empty_relevant = "zero"
         self.counts["scored"] += len(kept)
         for row, (_, groups, bucket, labels) in enumerate(kept):
             per_query = {name: float(column[row]) for name, column in values.items()}

@@ -23,6 +23,7 @@ import hmac
 import json
 import logging
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -56,11 +57,14 @@ class StateFile:
         self.path = path
         if not path.parent.is_dir():
             raise UsageError(f"{path}: folder {path.parent} does not exist")
-        with self._connect() as connection:
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS rankgate_monitor_state "
-                "(id INTEGER PRIMARY KEY CHECK (id = 1), saved_at REAL, state TEXT NOT NULL)"
-            )
+        try:
+            with self._connect() as connection:
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS rankgate_monitor_state "
+                    "(id INTEGER PRIMARY KEY CHECK (id = 1), saved_at REAL, state TEXT NOT NULL)"
+                )
+        except sqlite3.Error as problem:
+            raise UsageError(f"{path}: not a usable monitor state file ({problem})") from None
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -69,9 +73,12 @@ class StateFile:
             raise UsageError(f"{self.path}: cannot open monitor state ({problem})") from None
 
     def load(self) -> dict[str, Any] | None:
-        with self._connect() as connection:
-            row = connection.execute("SELECT state FROM rankgate_monitor_state").fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+        try:
+            with self._connect() as connection:
+                row = connection.execute("SELECT state FROM rankgate_monitor_state").fetchone()
+            return None if row is None else dict(json.loads(row[0]))
+        except (sqlite3.Error, ValueError, TypeError) as problem:
+            raise UsageError(f"{self.path}: not a readable monitor state ({problem})") from None
 
     def save(self, state: dict[str, Any]) -> None:
         text = json.dumps(state, separators=(",", ":"), default=str)
@@ -198,7 +205,7 @@ class _Exporter:
                     labels=["rule", "metric", "group"],
                 )
                 if exporter.monitor.alerts is not None:
-                    for state in exporter.monitor.alerts.states():
+                    for state in exporter.monitor.alert_states():
                         level = {"pending": 1, "firing": 2}.get(getattr(state, "state", ""), 0)
                         states.add_metric([state.rule, state.metric, state.group], level)
                 yield states
@@ -208,6 +215,8 @@ class _Exporter:
     def render(self) -> bytes:
         from prometheus_client import generate_latest
 
+        # Score what is queued first, so histograms, counters and windows agree in one scrape.
+        self.monitor.flush()
         return bytes(generate_latest(self.registry))
 
 
@@ -260,8 +269,9 @@ class MonitorServer:
         handler = _handler(self)
         try:
             self.httpd = ThreadingHTTPServer((host, port), handler)
-        except OSError as problem:
-            raise UsageError(f"cannot listen on {host}:{port} ({problem.strerror})") from None
+        except (OSError, OverflowError) as problem:
+            reason = getattr(problem, "strerror", None) or str(problem)
+            raise UsageError(f"cannot listen on {host}:{port} ({reason})") from None
         self.httpd.daemon_threads = True
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="rankgate-tick", daemon=True)
@@ -304,14 +314,23 @@ def _records(body: bytes) -> Iterator[tuple[int, Any]]:
     comes back as an ``InputError``-carrying placeholder so the rest still count."""
     text = body.decode("utf-8")
     stripped = text.lstrip()
-    if stripped.startswith("["):
+    if stripped.startswith(("[", "{")):
         try:
-            items = json.loads(text)
+            whole = json.loads(text)
         except json.JSONDecodeError as problem:
-            yield 1, InputError("body", None, f"not valid JSON ({problem.msg}, char {problem.pos})")
+            if stripped.startswith("["):
+                yield 1, InputError("body", None, f"not valid JSON ({problem.msg})")
+                return
+            whole = None  # several objects: JSON Lines
+        except (RecursionError, ValueError):
+            yield 1, InputError("body", None, "not valid JSON (nested too deeply)")
             return
-        yield from enumerate(items, start=1)
-        return
+        if isinstance(whole, list):
+            yield from enumerate(whole, start=1)
+            return
+        if whole is not None:
+            yield 1, whole  # one object, however it is laid out
+            return
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -319,6 +338,8 @@ def _records(body: bytes) -> Iterator[tuple[int, Any]]:
             yield number, json.loads(line)
         except json.JSONDecodeError as problem:
             yield number, InputError(f"line {number}", None, f"not valid JSON ({problem.msg})")
+        except (RecursionError, ValueError):
+            yield number, InputError(f"line {number}", None, "not valid JSON (nested too deeply)")
 
 
 def _handler(server: MonitorServer) -> type[BaseHTTPRequestHandler]:
@@ -327,6 +348,8 @@ def _handler(server: MonitorServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "rankgate-monitor"
+        # A client that stops sending (a slow or half-sent request) frees its thread after this.
+        timeout = 30
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
@@ -341,6 +364,12 @@ def _handler(server: MonitorServer) -> type[BaseHTTPRequestHandler]:
 
         def _json(self, status: int, payload: Any) -> None:
             self._send(status, json.dumps(payload).encode("utf-8"))
+
+        def _refuse(self, status: int, message: str) -> None:
+            """An error answered before the body was read: close the connection, so the unread
+            body is never taken for the next request."""
+            self.close_connection = True
+            self._json(status, {"error": message})
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -358,20 +387,19 @@ def _handler(server: MonitorServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0]
             if path not in ("/v1/events", "/v1/labels"):
-                self._json(404, {"error": f"no such endpoint: {path}"})
+                self._refuse(404, f"no such endpoint: {path}")
                 return
             given = self.headers.get("Authorization", "")
             expected = f"Bearer {server.token}"
             if not hmac.compare_digest(given.encode(), expected.encode()):
-                self._json(401, {"error": "a bearer token is required (Authorization: Bearer ...)"})
+                self._refuse(401, "a bearer token is required (Authorization: Bearer ...)")
                 return
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self._json(411, {"error": "Content-Length is required"})
+            length = self.headers.get("Content-Length", "")
+            if not re.fullmatch(r"[0-9]{1,12}", length):
+                self._refuse(411, "a Content-Length in digits is required")
                 return
             if int(length) > server.max_body:
-                self._json(413, {"error": f"body larger than {server.max_body} bytes"})
-                self.close_connection = True
+                self._refuse(413, f"body larger than {server.max_body} bytes")
                 return
             body = self.rfile.read(int(length))
             try:
@@ -414,7 +442,7 @@ def _status_page(monitor: Monitor) -> str:
             )
     alerts = []
     if monitor.alerts is not None:
-        for state in monitor.alerts.states():
+        for state in monitor.alert_states():
             alerts.append(
                 f"<tr><td>{escape(str(state.rule))}</td><td>{escape(str(state.group))}</td>"
                 f"<td>{escape(str(getattr(state, 'state', '')))}</td></tr>"
