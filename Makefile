@@ -7,17 +7,20 @@ BIN    := $(VENV)/bin
 CORE   := $(VENV)/.rankgate-core
 DEV    := $(VENV)/.rankgate-dev
 
-.PHONY: demo test check lint typecheck docs clean bench-store
+.PHONY: demo test check lint typecheck docs clean bench bench-store
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(CORE): pyproject.toml | $(BIN)/python
+# The compiled kernels are rebuilt when their sources change.
+NATIVE := setup.py src/rankgate/_join.c src/rankgate/_jsonl.c
+
+$(CORE): pyproject.toml $(NATIVE) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(DEV): pyproject.toml | $(BIN)/python
+$(DEV): pyproject.toml $(NATIVE) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@ $(CORE)
 
@@ -46,6 +49,13 @@ lint: $(DEV)
 
 typecheck: $(DEV)
 	$(BIN)/mypy src
+
+## bench: seeded synthetic traces (QUERIES x 100 retrieved, graded labels) as JSON Lines and
+## Parquet, scored by rankgate, ranx and pytrec_eval in one run; prints wall time, peak memory and
+## ratios, and rankgate against a bare pyarrow read of the same file (QUERIES=20000 for a quick look)
+bench: $(DEV)
+	@mkdir -p build
+	$(BIN)/python bench/throughput.py --queries $(QUERIES)
 
 ## bench-store: fill a SQLite store with 1M synthetic traces and time `rankgate eval` on it
 ## (STORE=postgresql://... for PostgreSQL; QUERIES=N for another size)

@@ -15,6 +15,7 @@ Records read always equal records scored plus records skipped, by reason:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,12 +24,16 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from rankgate import fast
+from rankgate.attributes import AttributeRows, QueryIds, scalar_fields
 from rankgate.batch import BatchBuilder
 from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
+from rankgate.io.columnar import SEGMENT_PREFIX, Chunk, chunks
 from rankgate.labels import QueryLabels, collect_labels
 from rankgate.segments import (
+    MISSING_VALUE,
     Group,
     GroupCounts,
     SegmentKey,
@@ -66,7 +71,6 @@ WORST_DEPTH_MAX = 50
 DEFAULT_JUDGED_DEPTH = 10
 INVALID_EXAMPLES_KEPT = 10
 PROGRESS_EVERY = 4096
-_SCALARS = (str, int, float, bool, type(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +159,9 @@ class Evaluation:
     and why, and the verdicts of the gates."""
 
     metrics: tuple[MetricSpec, ...]
-    query_ids: tuple[str, ...]
+    query_ids: Sequence[str]
     values: dict[MetricSpec, npt.NDArray[np.float64]]
-    attributes: tuple[dict[str, Any], ...]
+    attributes: Sequence[dict[str, Any]]
     summary: Summary
     gates: tuple[GateOutcome, ...]
     settings: Settings
@@ -221,7 +225,12 @@ class Evaluation:
         records' other scalar fields."""
         import pyarrow as pa
 
-        columns: dict[str, Any] = {"query_id": pa.array(self.query_ids, type=pa.string())}
+        ids = self.query_ids
+        columns: dict[str, Any] = {
+            "query_id": (
+                ids.to_arrow() if isinstance(ids, QueryIds) else pa.array(ids, pa.large_string())
+            ).cast(pa.string())
+        }
         for spec in self.metrics:
             columns[str(spec)] = pa.array(self.values[spec], type=pa.float64())
         for name in _attribute_names(self.attributes):
@@ -307,10 +316,20 @@ def evaluate(
         accumulator.labels = (
             labels if isinstance(labels, dict) else collect_labels(labels, fields=settings.fields)
         )
-    for raw in source:
-        accumulator.take(raw)
-        if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
-            progress(accumulator.read, source.done(), source.total)
+    columnar = None
+    if fast.available() and labels is None and not settings.label_filter.active:
+        columnar = chunks(source, settings.fields, segment_fields)
+    if columnar is not None:
+        accumulator.record_blocks = []
+        for chunk in columnar:
+            accumulator.take_chunk(chunk)
+            if progress is not None:
+                progress(accumulator.read, chunk.done, source.total)
+    else:
+        for raw in source:
+            accumulator.take(raw)
+            if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
+                progress(accumulator.read, source.done(), source.total)
     accumulator.flush()
     if progress is not None:
         progress(accumulator.read, source.done(), source.total)
@@ -331,6 +350,23 @@ def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec
         if spec not in specs:
             specs.append(spec)
     return specs
+
+
+def _codes(column: Any) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """A segment column as integer codes and the texts they stand for (null: missing)."""
+    import pyarrow.compute as pc
+
+    encoded = pc.fill_null(column, MISSING_VALUE).dictionary_encode()
+    return (
+        np.asarray(encoded.indices, dtype=np.int64),
+        [str(value) for value in encoded.dictionary.to_pylist()],
+    )
+
+
+def _texts(column: Any) -> list[str]:
+    """A segment column as one text per row, sharing one string object per distinct value."""
+    codes, categories = _codes(column)
+    return [categories[code] for code in codes.tolist()]
 
 
 def _attribute_names(rows: Iterable[dict[str, Any]]) -> list[str]:
@@ -360,15 +396,18 @@ class _Accumulator:
         self.segment_counts: dict[SegmentKey, GroupCounts] = {}
         self.segment_columns: dict[str, list[str]] = {name: [] for name in segment_fields}
         self.invalid_examples: list[InvalidRecord] = []
-        self.query_ids: list[str] = []
-        self.attributes: list[dict[str, Any]] = []
+        self.query_ids = QueryIds()
+        self.attributes = AttributeRows()
+        # Per query waiting in the batch builder: scored 0 for want of a relevant label.
         self.forced_zero: list[bool] = []
         self.values: dict[MetricSpec, list[npt.NDArray[np.float64]]] = {
             m: [] for m in self.computed
         }
         self.builder = BatchBuilder()
-        self.batch_start = 0
         self.worst = worst
+        # On the columnar path rankings are not held: the worst queries are chosen from the final
+        # values and their records read back. Each block: first query index, loader, rows.
+        self.record_blocks: list[tuple[int, Any, Any]] | None = None
         self.labels: dict[str, QueryLabels] | None = None
         self.batch_limit = BATCH_QUERIES_HOLDING if worst.active else BATCH_QUERIES
 
@@ -421,13 +460,154 @@ class _Accumulator:
         for key in segments:
             self.segment_columns[key.field].append(key.value)
         # Scalar fields are kept for per-query tables; nested values are not.
-        self.attributes.append(
-            {key: value for key, value in trace.attributes.items() if isinstance(value, _SCALARS)}
-        )
+        self.attributes.append(scalar_fields(trace.attributes))
         self.forced_zero.append(not has_relevant)
-        self.worst.hold(trace.query_id, trace.retrieved_ids, grades, trace.attributes)
+        if self.record_blocks is None:
+            self.worst.hold(trace.query_id, trace.retrieved_ids, grades, trace.attributes)
+        else:
+            self.record_blocks.append((len(self.query_ids) - 1, None, [raw]))
         if len(self.builder) >= self.batch_limit:
             self.flush()
+
+    def take_chunk(self, chunk: Chunk) -> None:
+        """Take a block of records read as columns: the compiled join and kernels score the rows it
+        can, the validator reads the rows marked slow, and both land in input order."""
+        table, slow = chunk.table, chunk.slow.copy()
+        retrieved = fast.IdColumns.from_arrow(table.column("retrieved_ids"))
+        relevant = fast.IdColumns.from_arrow(table.column("relevant_ids"))
+        scores_column = table.column("relevance_scores")
+        scores = fast.IdColumns.from_arrow(scores_column)
+        score_values = np.asarray(scores_column.items, dtype=np.float64)
+        while True:
+            rows = np.flatnonzero(~slow).astype(np.int64)
+            joined = fast.join(
+                rows,
+                retrieved,
+                relevant,
+                scores,
+                score_values,
+                threshold=self.settings.relevance_threshold,
+                skip_no_relevant=self.settings.empty_relevant == "skip",
+                unique_map_keys=chunk.unique_map_keys,
+            )
+            repeated = joined.status == fast.ROW_REPEATED_KEY
+            if not repeated.any():
+                break
+            slow[rows[repeated]] = True  # the validator words the error
+
+        status = joined.status
+        self._count_columnar(table, rows, status)
+        scored_rows = rows[status == fast.ROW_SCORED]
+        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
+        zero = joined.forced_zero[status == fast.ROW_SCORED]
+        if zero.any():
+            for column in values.values():
+                column[zero] = 0.0
+        self.duplicates += int(joined.duplicates[status == fast.ROW_SCORED].sum())
+        query_ids = table.column("query_id").take(scored_rows)
+        segment_texts = {
+            name: _texts(table.column(SEGMENT_PREFIX + name).take(scored_rows))
+            for name in self.segment_fields
+        }
+
+        # Interleave: scored columnar rows in runs between the slow rows, which go one by one
+        # through the record path (its pending batch is flushed first, to keep input order).
+        slow_rows = np.flatnonzero(slow)
+        run_ends = np.searchsorted(scored_rows, slow_rows)
+        start = 0
+        boundaries = [*zip(slow_rows.tolist(), run_ends.tolist(), strict=True)]
+        for slow_row, end in [*boundaries, (None, len(scored_rows))]:
+            if end > start:
+                self.flush()
+                self._append_scored(
+                    chunk,
+                    scored_rows[start:end],
+                    query_ids[start:end],
+                    {name: texts[start:end] for name, texts in segment_texts.items()},
+                    {spec: column[start:end] for spec, column in values.items()},
+                )
+                start = end
+            if slow_row is not None:
+                self.take(chunk.raw(slow_row))
+
+    def _count_columnar(self, table: Any, rows: Any, status: Any) -> None:
+        """Read, labeled and skipped counts of the columnar rows, overall and per segment."""
+        n = len(rows)
+        self.read += n
+        unlabeled = status == fast.ROW_UNLABELED
+        no_relevant = status == fast.ROW_NO_RELEVANT
+        everything = np.ones(n, dtype=np.bool_)
+        groups: list[tuple[GroupCounts, npt.NDArray[np.bool_]]] = [(self.overall, everything)]
+        for name in self.segment_fields:
+            codes, categories = _codes(table.column(SEGMENT_PREFIX + name).take(rows))
+            for code, value in enumerate(categories):
+                groups.append((self._counts(SegmentKey(name, value)), codes == code))
+        for counts, member in groups:
+            read = int(member.sum())
+            if not read:
+                continue
+            skipped = {
+                "unlabeled": int((unlabeled & member).sum()),
+                "no_relevant": int((no_relevant & member).sum()),
+            }
+            counts.read += read
+            counts.labeled += read - skipped["unlabeled"]
+            for reason, count in skipped.items():
+                if count:
+                    counts.skipped[reason] = counts.skipped.get(reason, 0) + count
+
+    def _append_scored(
+        self,
+        chunk: Chunk,
+        rows: Any,
+        query_ids: Any,
+        segment_texts: dict[str, list[str]],
+        values: dict[MetricSpec, npt.NDArray[np.float64]],
+    ) -> None:
+        if query_ids.null_count:
+            # Records without an ID are named by their place in the input, as the validator does.
+            first = chunk.first_ordinal
+            for query_id, row in zip(query_ids.to_pylist(), rows.tolist(), strict=True):
+                self.query_ids.append(query_id if query_id is not None else f"#{first + row}")
+        else:
+            self.query_ids.extend_arrow(query_ids)
+        for name, texts in segment_texts.items():
+            self.segment_columns[name].extend(texts)
+        for spec, column in values.items():
+            self.values[spec].append(column.copy())
+        rows = rows.astype(np.int32)  # kept per scored query until the end: 4 bytes each
+        if self.record_blocks is not None:
+            self.record_blocks.append((len(self.query_ids) - len(rows), chunk.later, rows))
+        fields, load = self.settings.fields, chunk.later(rows)
+        self.attributes.extend_later(
+            len(rows),
+            lambda: [scalar_fields(validate_record(raw, fields).attributes) for raw in load()],
+        )
+
+    def _records_of(
+        self, indices: list[int]
+    ) -> dict[int, tuple[str, list[str], dict[str, float], dict[str, Any]]]:
+        """Scored queries read back from the source, by index, for the worst-queries list."""
+        assert self.record_blocks is not None
+        starts = [block[0] for block in self.record_blocks]
+        wanted: dict[int, list[int]] = {}
+        for index in indices:
+            wanted.setdefault(bisect.bisect_right(starts, index) - 1, []).append(index)
+        found = {}
+        for block, members in wanted.items():
+            start, later, rows = self.record_blocks[block]
+            offsets = np.array(members, dtype=np.int64) - start
+            # A block without a loader holds records that went through the validator on the way in.
+            raws = [rows[i] for i in offsets.tolist()] if later is None else later(rows[offsets])()
+            for index, raw in zip(members, raws, strict=True):
+                trace = validate_record(raw, self.settings.fields)
+                found[index] = (
+                    trace.query_id,
+                    trace.retrieved_ids,
+                    trace.grades or {},
+                    trace.attributes,
+                )
+        return found
 
     def _joined(self, trace: Trace) -> Trace:
         """The trace with its query's separately kept labels, when there are any."""
@@ -453,7 +633,7 @@ class _Accumulator:
         if not len(self.builder):
             return
         batch = self.builder.build()
-        zero = np.asarray(self.forced_zero[self.batch_start :], dtype=np.bool_)
+        zero = np.asarray(self.forced_zero, dtype=np.bool_)
         defaults = {"rel": self.settings.relevance_threshold}
         batch_values: dict[MetricSpec, npt.NDArray[np.float64]] = {}
         for spec in self.computed:
@@ -463,8 +643,9 @@ class _Accumulator:
             values[zero] = 0.0
             self.values[spec].append(values)
             batch_values[spec] = values
-        self.worst.settle(batch_values)
-        self.batch_start = len(self.query_ids)
+        if self.record_blocks is None:
+            self.worst.settle(batch_values)
+        self.forced_zero = []
         self.builder = BatchBuilder()
 
     def result(self, gates: tuple[Gate, ...], policy: GatePolicy) -> Evaluation:
@@ -472,6 +653,8 @@ class _Accumulator:
             spec: np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
             for spec, parts in self.values.items()
         }
+        if self.record_blocks is not None and self.worst.active:
+            self.worst.choose_all({spec: values[spec] for spec in self.metrics}, self._records_of)
         seed, resamples = self.settings.seed, self.settings.resamples
         overall = summarise(None, self.overall, values, seed, resamples)
         segments = []
@@ -498,9 +681,9 @@ class _Accumulator:
         )
         return Evaluation(
             metrics=tuple(self.metrics),
-            query_ids=tuple(self.query_ids),
+            query_ids=self.query_ids,
             values=values,
-            attributes=tuple(self.attributes),
+            attributes=self.attributes,
             summary=summary,
             gates=outcomes,
             settings=self.settings,

@@ -14,7 +14,7 @@ batch boundaries.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +118,39 @@ class WorstQueries:
                 self._examples[index] = self._example(index, pending)
         self._start += held
         self._pending = []
+
+    def choose_all(
+        self,
+        values: Mapping[MetricSpec, npt.NDArray[np.float64]],
+        fetch: Callable[
+            [list[int]],
+            Mapping[int, tuple[str, Sequence[str], Mapping[str, float], Mapping[str, object]]],
+        ],
+    ) -> None:
+        """Select from every query's values at once, then ``fetch`` the rankings of the chosen ones
+        (by index: query ID, retrieved IDs, grades, attributes).
+
+        For callers that read rankings back from their source instead of holding them; the choice
+        is the one ``hold`` and ``settle`` make batch by batch.
+        """
+        if not self.active:
+            return
+        for spec in self.metrics:
+            column = values[spec]
+            indices = np.arange(len(column))
+            finite = ~np.isnan(column)
+            order = np.lexsort((indices[finite], column[finite]))[: self.count]
+            self._chosen[spec] = list(
+                zip(column[finite][order].tolist(), indices[finite][order].tolist(), strict=True)
+            )
+        wanted = sorted({index for chosen in self._chosen.values() for _, index in chosen})
+        found = fetch(wanted)
+        for index in wanted:
+            query_id, retrieved_ids, grades, attributes = found[index]
+            self._start = index
+            self.hold(query_id, retrieved_ids, grades, attributes)
+            self._examples[index] = self._example(index, self._pending.pop())
+        self._start = len(next(iter(values.values()))) if values else 0
 
     def examples(self) -> tuple[QueryExample, ...]:
         """Every kept example, in input order."""

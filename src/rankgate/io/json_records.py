@@ -17,7 +17,7 @@ from rankgate.errors import InputError, Location, UsageError
 from rankgate.io.source import GZIP_ERRORS, bytes_done, data_suffix, decompressed
 from rankgate.io.validate import RawRecord
 
-__all__ = ["JsonSource"]
+__all__ = ["JsonSource", "line_record"]
 
 LINES_SUFFIXES = (".jsonl", ".ndjson")
 _BOM = b"\xef\xbb\xbf"
@@ -92,17 +92,62 @@ class JsonSource:
             if not line.strip():
                 continue  # blank lines separate nothing and are not records
             ordinal += 1
-            location = Location(self.name, line=number)
-            try:
-                value = _DECODER.decode(line.decode("utf-8"))
-            except UnicodeDecodeError:
-                yield RawRecord(location, None, ordinal, problem="line is not valid UTF-8")
-            except ValueError as problem:
-                yield RawRecord(
-                    location, None, ordinal, problem=f"not valid JSON ({_reason(problem)})"
-                )
-            else:
-                yield RawRecord(location, value, ordinal)
+            yield line_record(self.name, line, number, ordinal)
+
+    def reopen(self) -> IO[bytes]:
+        """A new handle on the file, for reading some lines again (not for standard input)."""
+        if not self._owns_handle:
+            raise UsageError("standard input cannot be read twice")
+        return self._open_raw()
+
+    def is_lines(self) -> bool:
+        """True when the source holds JSON Lines rather than one JSON array (peeks when unsure)."""
+        if self._lines_only:
+            return True
+        if not self._owns_handle:
+            return False  # standard input cannot be peeked twice
+        raw = self._open_raw()
+        try:
+            stream = decompressed(raw)
+            _skip_leading_blank(stream)
+            return bool(stream.peek(1)[:1] != b"[")
+        except GZIP_ERRORS:
+            return False  # the record reader reports it
+        finally:
+            raw.close()
+
+    def line_chunks(self, chunk_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+        """The lines in chunks of about ``chunk_bytes`` that end at a line break: (bytes, number of
+        the chunk's first line, offset of the chunk in the decompressed stream)."""
+        raw = self._raw = self._open_raw()
+        try:
+            stream = decompressed(raw)
+            offset = 3 if stream.peek(3)[:3] == _BOM else 0
+            stream.read(offset)
+            line = 1
+            pending = b""
+            while True:
+                block = stream.read(chunk_bytes)
+                if not block:
+                    break
+                data = pending + block
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    pending = data  # a line longer than a chunk: keep reading
+                    continue
+                yield data[:cut], line, offset
+                line += data.count(b"\n", 0, cut)
+                offset += cut
+                pending = data[cut:]
+            if pending:
+                yield pending, line, offset
+        except GZIP_ERRORS as problem:
+            raise InputError(
+                self.name, None, f"corrupt or truncated gzip data ({problem})"
+            ) from None
+        finally:
+            if self._owns_handle:
+                raw.close()
 
     def _array(self, data: bytes, first_line: int) -> Iterator[RawRecord]:
         try:
@@ -174,3 +219,16 @@ def _skip_space(text: str, position: int, line: int) -> tuple[int, int]:
 
 def _reason(problem: ValueError) -> str:
     return problem.msg if isinstance(problem, json.JSONDecodeError) else str(problem)
+
+
+def line_record(name: str, line: bytes, number: int, ordinal: int) -> RawRecord:
+    """One line of JSON Lines decoded as the record reader does (``number``: its line number,
+    ``ordinal``: its place among non-blank lines)."""
+    location = Location(name, line=number)
+    try:
+        value = _DECODER.decode(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return RawRecord(location, None, ordinal, problem="line is not valid UTF-8")
+    except ValueError as problem:
+        return RawRecord(location, None, ordinal, problem=f"not valid JSON ({_reason(problem)})")
+    return RawRecord(location, value, ordinal)

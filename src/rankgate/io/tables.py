@@ -24,53 +24,142 @@ CSV_CELL_LIMIT = 1 << 30
 
 
 class ArrowSource:
-    """Rows of a Parquet file or an in-memory Arrow table, read batch by batch."""
+    """Rows of a Parquet file or an in-memory Arrow table, read batch by batch.
 
-    def __init__(self, name: str, batches: Any, total: int | None) -> None:
+    Either ``path`` (a Parquet file, opened again for every pass) or ``table`` is set.
+    """
+
+    def __init__(
+        self, name: str, *, path: Path | None = None, table: Any = None, total: int | None
+    ) -> None:
         self.name = name
         self.total = total
-        self._batches = batches
+        self._path = path
+        self._table = table
         self._rows_done = 0
 
     @classmethod
     def parquet(cls, path: Path) -> ArrowSource:
-        import pyarrow.parquet as pq
-
-        try:
-            parquet = pq.ParquetFile(path)
-        except Exception as problem:  # pyarrow raises several types for a file that is not Parquet
-            raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
-        return cls(
-            str(path), parquet.iter_batches(batch_size=BATCH_ROWS), parquet.metadata.num_rows
-        )
+        parquet = _open_parquet(path)
+        return cls(str(path), path=path, total=parquet.metadata.num_rows)
 
     @classmethod
     def table(cls, name: str, table: Any) -> ArrowSource:
-        return cls(name, table.to_batches(max_chunksize=BATCH_ROWS), table.num_rows)
+        return cls(name, table=table, total=table.num_rows)
 
-    def done(self) -> int:
-        return self._rows_done
+    def schema(self) -> Any:
+        """The Arrow schema of the rows."""
+        if self._table is not None:
+            return self._table.schema
+        assert self._path is not None
+        return _open_parquet(self._path).schema_arrow
 
-    def __iter__(self) -> Iterator[RawRecord]:
+    def batches(self, rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[Any]:
+        """Record batches of at most ``rows`` rows (only ``columns``, when given); counts
+        progress; a corrupt page is an ``InputError``."""
         import pyarrow as pa
 
-        row = 0
-        batches = iter(self._batches)
+        if self._table is not None:
+            table = self._table if columns is None else self._table.select(columns)
+            batches = iter(table.to_batches(max_chunksize=rows))
+        else:
+            assert self._path is not None
+            batches = _parquet_batches(_open_parquet(self._path), rows, columns)
+        done = 0
         while True:
             try:
                 batch = next(batches, None)
             except (OSError, pa.ArrowException) as problem:  # corrupt pages surface while reading
                 raise InputError(
-                    self.name, None, f"cannot read Parquet data after row {row} ({problem})"
+                    self.name, None, f"cannot read Parquet data after row {done} ({problem})"
                 ) from None
             if batch is None:
                 return
+            done += batch.num_rows
+            self._rows_done = done
+            yield batch
+
+    def reread(self, rows: Any) -> list[RawRecord]:
+        """The records at these 0-based row numbers, read again (for fields fetched on demand)."""
+        import numpy as np
+
+        indices = np.asarray(rows, dtype=np.int64)
+        if self._table is not None:
+            picked = self._table.take(indices)
+        else:
+            assert self._path is not None
+            picked = _take_parquet_rows(_open_parquet(self._path), indices)
+        records = []
+        for number, (value, problem) in zip(
+            (indices + 1).tolist(), _rows_of_table(picked), strict=True
+        ):
+            records.append(
+                RawRecord(
+                    Location(self.name, row=number), value, number, problem=problem, from_table=True
+                )
+            )
+        return records
+
+    def done(self) -> int:
+        return self._rows_done
+
+    def __iter__(self) -> Iterator[RawRecord]:
+        row = 0
+        for batch in self.batches():
             for value, row_problem in _rows(batch):
                 row += 1
                 yield RawRecord(
                     Location(self.name, row=row), value, row, problem=row_problem, from_table=True
                 )
-            self._rows_done = row
+
+
+def _open_parquet(path: Path) -> Any:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except Exception as problem:  # pyarrow raises several types for a file that is not Parquet
+        raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
+
+
+def _parquet_batches(parquet: Any, rows: int, columns: list[str] | None) -> Iterator[Any]:
+    """A Parquet file's rows in batches. Whole row groups are read at once when they are not much
+    larger than a batch: that decodes faster than pyarrow's batch iterator."""
+    groups = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    if not groups or max(groups) > 4 * rows:
+        yield from parquet.iter_batches(batch_size=rows, columns=columns)
+        return
+    for index in range(len(groups)):
+        table = parquet.read_row_group(index, columns=columns)
+        yield from table.combine_chunks().to_batches(max_chunksize=rows)
+
+
+def _take_parquet_rows(parquet: Any, indices: Any) -> Any:
+    """Rows of a Parquet file by number, reading only the row groups that hold them."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not len(indices):
+        return parquet.schema_arrow.empty_table()
+    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    groups = np.searchsorted(starts, indices, side="right") - 1
+    parts = []
+    for group in np.unique(groups):
+        table = parquet.read_row_group(int(group))
+        parts.append(table.take(indices[groups == group] - starts[group]))
+    merged = pa.concat_tables(parts) if parts else parquet.schema_arrow.empty_table()
+    # Back to the order asked for: rows were gathered group by group.
+    position = np.empty(len(indices), dtype=np.int64)
+    position[np.concatenate([np.flatnonzero(groups == g) for g in np.unique(groups)])] = np.arange(
+        len(indices)
+    )
+    return merged.take(position)
+
+
+def _rows_of_table(table: Any) -> Iterator[tuple[Any, str | None]]:
+    for batch in table.to_batches():
+        yield from _rows(batch)
 
 
 def _rows(batch: Any) -> Iterator[tuple[Any, str | None]]:

@@ -44,6 +44,7 @@ _TREC = "trec_eval 9.0 (NIST)"
 
 @metric(
     "ndcg",
+    native="ndcg",
     params=(GAIN,),
     summary="Normalised discounted cumulative gain of the top k.",
     formula="DCG@k / IDCG@k, DCG@k = Σ_{i≤k} gain(g_i) / log2(i + 1)",
@@ -63,6 +64,7 @@ def ndcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
 
 @metric(
     "dcg",
+    native="dcg",
     params=(GAIN,),
     summary="Discounted cumulative gain of the top k (not normalised).",
     formula="Σ_{i≤k} gain(g_i) / log2(i + 1)",
@@ -78,6 +80,7 @@ def dcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
 
 @metric(
     "precision",
+    native="precision",
     params=(REL,),
     summary="Share of the top k that is relevant.",
     formula="|relevant ∩ top k| / k",
@@ -99,6 +102,7 @@ def precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 
 @metric(
     "recall",
+    native="recall",
     params=(REL,),
     summary="Share of all relevant documents found in the top k.",
     formula="|relevant ∩ top k| / R",
@@ -114,6 +118,7 @@ def recall(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 
 @metric(
     "mrr",
+    native="mrr",
     params=(REL,),
     summary="Reciprocal rank of the first relevant document (mean over queries: MRR).",
     formula="1 / rank of the first relevant document in the top k",
@@ -133,6 +138,7 @@ def mrr(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 
 @metric(
     "map",
+    native="map",
     params=(REL,),
     summary="Average precision at the ranks of relevant documents (mean over queries: MAP).",
     formula="Σ_{i≤k, i relevant} P@i / R",
@@ -154,6 +160,7 @@ def average_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 
 @metric(
     "hit_rate",
+    native="hit_rate",
     params=(REL,),
     summary="1 when any relevant document is in the top k, else 0.",
     formula="[|relevant ∩ top k| > 0]",
@@ -169,6 +176,7 @@ def hit_rate(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 
 @metric(
     "r_precision",
+    native="r_precision",
     params=(REL,),
     cutoff=False,
     summary="Precision at rank R, where R is the number of relevant documents.",
@@ -187,6 +195,7 @@ def r_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 
 @metric(
     "judged",
+    native="judged",
     summary="Share of the retrieved top k that carries a label (grade 0 included).",
     formula="|labeled ∩ top k| / min(k, number retrieved)",
     reference="Buckley & Voorhees, SIGIR 2004 (judged fraction); cf. ir_measures Judged@k",

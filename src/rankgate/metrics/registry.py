@@ -112,6 +112,9 @@ class MetricDef:
     aliases: tuple[Alias, ...] = ()
     bounded: bool = True
     monotone_in_k: bool = False
+    # The compiled twin of ``kernel`` in ``rankgate._join`` (see ``rankgate.fast``), if it has one.
+    # The kernel stays the definition; tests hold the twin equal to it on random batches.
+    native: str | None = None
 
     def param(self, name: str) -> Param:
         for declared in self.params:
@@ -151,6 +154,7 @@ def metric(
     aliases: tuple[Alias, ...] = (),
     bounded: bool = True,
     monotone_in_k: bool = False,
+    native: str | None = None,
 ) -> Callable[[Kernel], Kernel]:
     """Register ``kernel`` under ``name``; the one place a metric is added."""
 
@@ -169,6 +173,7 @@ def metric(
             aliases=aliases,
             bounded=bounded,
             monotone_in_k=monotone_in_k,
+            native=native,
         )
         return kernel
 

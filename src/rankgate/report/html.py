@@ -31,6 +31,7 @@ from rankgate.report.numbers import format_against, format_margin, format_thresh
 from rankgate.report.svg import Bar, Interval, Split, bar_chart, forest_plot, histogram, split_bars
 from rankgate.segments import Group, segment_value
 from rankgate.spec import MetricSpec
+from rankgate.stats import NORMAL_FROM_QUERIES
 from rankgate.worst import QueryExample
 
 __all__ = ["render_comparison_html", "render_eval_html"]
@@ -451,7 +452,8 @@ def _means_section(evaluation: Evaluation) -> str:
         [("metric", False), ("mean", True), ("95% interval", False), ("overall gates", False)],
         rows,
         f"Means over {evaluation.summary.scored:,} scored queries; intervals are bootstrap "
-        f"({evaluation.settings.resamples:,} resamples).",
+        f"({evaluation.settings.resamples:,} resamples), or the normal approximation over "
+        f"{NORMAL_FROM_QUERIES:,} queries or more.",
     )
     chart = bar_chart(
         "chart-means",

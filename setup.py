@@ -1,0 +1,27 @@
+"""Build the compiled kernels.
+
+Everything else about the package is declared in pyproject.toml. The extensions are optional: where no
+C compiler is available the install still succeeds and rankgate runs on its pure-Python path (the
+same numbers, much slower), which ``rankgate.fast.available()`` reports.
+"""
+
+from setuptools import Extension, setup
+
+_FLAGS = ["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "rankgate._join",
+            sources=["src/rankgate/_join.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
+        Extension(
+            "rankgate._jsonl",
+            sources=["src/rankgate/_jsonl.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
+    ],
+)

@@ -1,0 +1,566 @@
+/* Compiled inner loops of the columnar path: joining rankings with labels, and scoring them.
+ *
+ * `join` turns Arrow-layout columns of document IDs (retrieved, relevant, graded) into the arrays of
+ * a RankedBatch (see batch.py): per ranked position the grade of the document there and whether it
+ * is labeled, per query its label grades sorted from highest to lowest. IDs are hashed here, one
+ * small table per query, so no Python object is made per ID.
+ *
+ * `score` computes the metrics that declare a compiled twin (`native=` in metrics/definitions.py)
+ * over a RankedBatch, one pass per query. The numpy definitions stay the reference; the property
+ * tests hold the two equal on random batches.
+ *
+ * Both release the GIL, so two threads can work on two batches at once. Every array arrives through
+ * the buffer protocol; the caller (rankgate/fast.py) checks lengths and types before calling, and the
+ * checks here only guard memory safety.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------- */
+/* Hash table of the documents of one query                                                     */
+
+typedef struct {
+    uint64_t hash;
+    const uint8_t *bytes;
+    uint32_t length;
+    uint32_t generation; /* the entry is in use when this equals the table's generation */
+    double grade;
+    uint8_t labeled;   /* carries a label (relevant_ids or relevance_scores) */
+    uint8_t seen;      /* already placed in the ranking */
+    uint8_t scored_by_map; /* set by a relevance_scores entry (to spot repeated map keys) */
+} Entry;
+
+typedef struct {
+    Entry *entries;
+    size_t capacity; /* a power of two */
+    uint32_t generation;
+} Table;
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    /* A multiply-xorshift over 8-byte words: IDs are short, so speed matters more than quality
+     * beyond avoiding clustering; collisions only cost a comparison. */
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ ((uint64_t)n * 0xFF51AFD7ED558CCDull);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h ^= w;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    if (n) {
+        uint64_t w = 0;
+        memcpy(&w, p, n);
+        h ^= w;
+        h *= 0x94D049BB133111EBull;
+        h ^= h >> 29;
+    }
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static int table_prepare(Table *table, size_t items) {
+    /* At most half full, so probe runs stay short. */
+    size_t wanted = 16;
+    while (wanted < items * 2) wanted <<= 1;
+    if (wanted > table->capacity) {
+        Entry *grown = calloc(wanted, sizeof(Entry));
+        if (!grown) return -1;
+        free(table->entries);
+        table->entries = grown;
+        table->capacity = wanted;
+        table->generation = 0;
+    }
+    table->generation++;
+    if (table->generation == 0) { /* wrapped: forget every stale entry */
+        memset(table->entries, 0, table->capacity * sizeof(Entry));
+        table->generation = 1;
+    }
+    return 0;
+}
+
+/* The entry for an ID, inserted (zeroed) when absent. */
+static Entry *table_find(Table *table, const uint8_t *bytes, uint32_t length) {
+    uint64_t hash = hash_bytes(bytes, length);
+    size_t mask = table->capacity - 1;
+    size_t slot = (size_t)hash & mask;
+    for (;;) {
+        Entry *e = &table->entries[slot];
+        if (e->generation != table->generation) {
+            e->generation = table->generation;
+            e->hash = hash;
+            e->bytes = bytes;
+            e->length = length;
+            e->grade = 0.0;
+            e->labeled = 0;
+            e->seen = 0;
+            e->scored_by_map = 0;
+            return e;
+        }
+        if (e->hash == hash && e->length == length && memcmp(e->bytes, bytes, length) == 0) return e;
+        slot = (slot + 1) & mask;
+    }
+}
+
+static int descending(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+static void sort_descending(double *values, size_t n) {
+    if (n > 32) {
+        qsort(values, n, sizeof(double), descending);
+        return;
+    }
+    for (size_t i = 1; i < n; i++) {
+        double v = values[i];
+        size_t j = i;
+        while (j > 0 && values[j - 1] < v) {
+            values[j] = values[j - 1];
+            j--;
+        }
+        values[j] = v;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Buffers                                                                                      */
+
+typedef struct {
+    Py_buffer view;
+    int held;
+} Buf;
+
+static int get_buffer(PyObject *obj, Buf *buf, int writable, Py_ssize_t itemsize, const char *name) {
+    int flags = writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj, &buf->view, flags) < 0) return -1;
+    buf->held = 1;
+    if (itemsize > 1 && buf->view.len % itemsize != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer length is not a multiple of %zd", name, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(Buf *bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
+    }
+}
+
+#define COUNT(b, type) ((size_t)((b).view.len / (Py_ssize_t)sizeof(type)))
+#define DATA(b, type) ((type *)(b).view.buf)
+
+/* An Arrow list<string>: list offsets into the strings, string offsets into the bytes. */
+typedef struct {
+    const int64_t *lists;
+    size_t n_lists; /* entries in `lists` (rows + 1) */
+    const void *strings; /* int32 (Arrow string) or int64 (large_string) offsets */
+    int wide;
+    size_t n_strings; /* entries in `strings` */
+    const uint8_t *bytes;
+    size_t n_bytes;
+} IdLists;
+
+static inline int64_t string_at(const IdLists *ids, int64_t i) {
+    return ids->wide ? ((const int64_t *)ids->strings)[i] : (int64_t)((const int32_t *)ids->strings)[i];
+}
+
+static IdLists id_lists(const Buf *lists, const Buf *strings, const Buf *bytes) {
+    IdLists ids;
+    ids.lists = (const int64_t *)lists->view.buf;
+    ids.n_lists = (size_t)(lists->view.len / 8);
+    ids.strings = strings->view.buf;
+    ids.wide = strings->view.itemsize == 8;
+    ids.n_strings = (size_t)(strings->view.len / (ids.wide ? 8 : 4));
+    ids.bytes = (const uint8_t *)bytes->view.buf;
+    ids.n_bytes = (size_t)bytes->view.len;
+    return ids;
+}
+
+#define STRING_BYTES(ids, j) ((ids).bytes + string_at(&(ids), (j)))
+#define STRING_LENGTH(ids, j) ((uint32_t)(string_at(&(ids), (j) + 1) - string_at(&(ids), (j))))
+
+/* Checks that every offset a row uses lies inside its buffer (the caller built them, but a bad
+ * offset must never become a read outside memory). */
+static int ids_row_ok(const IdLists *ids, int64_t row) {
+    if (row < 0 || (size_t)row + 1 >= ids->n_lists) return 0;
+    int64_t first = ids->lists[row], last = ids->lists[row + 1];
+    if (first < 0 || last < first || (size_t)last >= ids->n_strings) return 0;
+    int64_t start = string_at(ids, first), end = string_at(ids, last);
+    if (start < 0 || end < start || (size_t)end > ids->n_bytes) return 0;
+    for (int64_t i = first; i < last; i++) {
+        if (string_at(ids, i + 1) < string_at(ids, i)) return 0;
+    }
+    return 1;
+}
+
+enum { ROW_SCORED = 0, ROW_UNLABELED = 1, ROW_NO_RELEVANT = 2, ROW_REPEATED_KEY = 3 };
+
+/* join(rows, retrieved..., relevant..., scores..., threshold, skip_no_relevant, unique_map_keys,
+ *      outputs...) -> (scored, ranked_positions, labels)
+ *
+ * For each row index in `rows` (in order): status (scored, unlabeled, no relevant label, repeated map
+ * key), duplicates dropped from its ranking, and, for scored rows only, its ranked grades, judged
+ * flags and sorted label grades appended to the outputs. `forced_zero` marks scored rows without a
+ * relevant label (only when they are not skipped). */
+static PyObject *join(PyObject *self, PyObject *args) {
+    PyObject *objs[22];
+    double threshold;
+    int skip_no_relevant, unique_map_keys;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOdiiOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &objs[10],
+                          &objs[11], &objs[12], &threshold, &skip_no_relevant, &unique_map_keys,
+                          &objs[13], &objs[14], &objs[15], &objs[16], &objs[17], &objs[18],
+                          &objs[19], &objs[20], &objs[21]))
+        return NULL;
+    static const char *names[22] = {
+        "rows", "retrieved.lists", "retrieved.strings", "retrieved.bytes", "relevant.valid",
+        "relevant.lists", "relevant.strings", "relevant.bytes", "scores.valid", "scores.lists",
+        "scores.strings", "scores.bytes", "scores.values", "status", "duplicates", "forced_zero",
+        "ranked_offsets", "ranked_grades", "ranked_judged", "label_offsets", "label_grades",
+        "spare"};
+    /* String offsets may be int32 or int64: only a multiple of 4 is checked, the width is the
+     * buffer's item size. */
+    static const Py_ssize_t sizes[22] = {8, 8, 4, 1, 1, 8, 4, 1, 1, 8, 4, 1, 8,
+                                         1, 8, 1, 8, 8, 1, 8, 8, 1};
+    Buf bufs[22];
+    memset(bufs, 0, sizeof(bufs));
+    for (int i = 0; i < 22; i++) {
+        if (objs[i] == Py_None) continue;
+        if (get_buffer(objs[i], &bufs[i], i >= 13, sizes[i], names[i]) < 0) {
+            release(bufs, 22);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 21; i++) {
+        if (!bufs[i].held) {
+            PyErr_Format(PyExc_TypeError, "%s: a buffer is required", names[i]);
+            release(bufs, 22);
+            return NULL;
+        }
+    }
+    size_t n_rows = COUNT(bufs[0], int64_t);
+    const int64_t *rows = DATA(bufs[0], int64_t);
+    for (int i = 2; i <= 10; i += 4) {
+        if (bufs[i].view.itemsize != 4 && bufs[i].view.itemsize != 8) {
+            PyErr_Format(PyExc_TypeError, "%s: offsets must be int32 or int64", names[i]);
+            release(bufs, 22);
+            return NULL;
+        }
+    }
+    IdLists retrieved = id_lists(&bufs[1], &bufs[2], &bufs[3]);
+    const uint8_t *relevant_valid = DATA(bufs[4], uint8_t);
+    size_t n_relevant_valid = COUNT(bufs[4], uint8_t);
+    IdLists relevant = id_lists(&bufs[5], &bufs[6], &bufs[7]);
+    const uint8_t *scores_valid = DATA(bufs[8], uint8_t);
+    size_t n_scores_valid = COUNT(bufs[8], uint8_t);
+    IdLists scores = id_lists(&bufs[9], &bufs[10], &bufs[11]);
+    const double *score_values = DATA(bufs[12], double);
+    size_t n_score_values = COUNT(bufs[12], double);
+    uint8_t *status = DATA(bufs[13], uint8_t);
+    int64_t *duplicates = DATA(bufs[14], int64_t);
+    uint8_t *forced_zero = DATA(bufs[15], uint8_t);
+    int64_t *ranked_offsets = DATA(bufs[16], int64_t);
+    double *ranked_grades = DATA(bufs[17], double);
+    uint8_t *ranked_judged = DATA(bufs[18], uint8_t);
+    int64_t *label_offsets = DATA(bufs[19], int64_t);
+    double *label_grades = DATA(bufs[20], double);
+    size_t cap_ranked = COUNT(bufs[17], double), cap_labels = COUNT(bufs[20], double);
+
+    if (COUNT(bufs[13], uint8_t) < n_rows || COUNT(bufs[14], int64_t) < n_rows ||
+        COUNT(bufs[15], uint8_t) < n_rows || COUNT(bufs[16], int64_t) < n_rows + 1 ||
+        COUNT(bufs[19], int64_t) < n_rows + 1 || COUNT(bufs[18], uint8_t) < cap_ranked) {
+        PyErr_SetString(PyExc_ValueError, "join: an output buffer is too small");
+        release(bufs, 22);
+        return NULL;
+    }
+
+    Table table = {NULL, 0, 0};
+    Entry **labeled_entries = NULL;
+    size_t label_cap_entries = 0;
+    size_t scored = 0, ranked_at = 0, labels_at = 0;
+    const char *failure = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    ranked_offsets[0] = 0;
+    label_offsets[0] = 0;
+    for (size_t i = 0; i < n_rows && !failure; i++) {
+        int64_t row = rows[i];
+        duplicates[i] = 0;
+        forced_zero[i] = 0;
+        if (!ids_row_ok(&retrieved, row)) { failure = "retrieved IDs: offsets out of range"; break; }
+        int has_relevant_list = (size_t)row < n_relevant_valid && relevant_valid[row];
+        int has_scores = (size_t)row < n_scores_valid && scores_valid[row];
+        if (!has_relevant_list && !has_scores) {
+            status[i] = ROW_UNLABELED;
+            continue;
+        }
+        if (has_relevant_list && !ids_row_ok(&relevant, row)) { failure = "relevant IDs: offsets out of range"; break; }
+        if (has_scores && !ids_row_ok(&scores, row)) { failure = "relevance scores: offsets out of range"; break; }
+        int64_t r0 = retrieved.lists[row], r1 = retrieved.lists[row + 1];
+        int64_t l0 = has_relevant_list ? relevant.lists[row] : 0;
+        int64_t l1 = has_relevant_list ? relevant.lists[row + 1] : 0;
+        int64_t s0 = has_scores ? scores.lists[row] : 0, s1 = has_scores ? scores.lists[row + 1] : 0;
+        if (has_scores && (size_t)s1 > n_score_values) { failure = "relevance scores: values out of range"; break; }
+        if (table_prepare(&table, (size_t)((r1 - r0) + (l1 - l0) + (s1 - s0))) < 0) { failure = "out of memory"; break; }
+
+        /* Labels first: relevant_ids count as grade 1, a relevance score overrides. Each labeled
+         * entry is remembered once, so its final grade can be collected without a second lookup
+         * (entries do not move: the table was sized for every ID of the query). */
+        size_t label_start = labels_at, n_labels = 0;
+        int repeated = 0;
+        if (label_cap_entries < (size_t)((l1 - l0) + (s1 - s0))) {
+            size_t wanted = (size_t)((l1 - l0) + (s1 - s0)) * 2;
+            Entry **grown = realloc(labeled_entries, wanted * sizeof(Entry *));
+            if (!grown) { failure = "out of memory"; break; }
+            labeled_entries = grown;
+            label_cap_entries = wanted;
+        }
+        for (int64_t j = l0; j < l1; j++) {
+            Entry *e = table_find(&table, STRING_BYTES(relevant, j), STRING_LENGTH(relevant, j));
+            if (!e->labeled) { e->labeled = 1; labeled_entries[n_labels++] = e; }
+            e->grade = 1.0;
+        }
+        for (int64_t j = s0; j < s1; j++) {
+            Entry *e = table_find(&table, STRING_BYTES(scores, j), STRING_LENGTH(scores, j));
+            if (e->scored_by_map && unique_map_keys) repeated = 1;
+            if (!e->labeled) { e->labeled = 1; labeled_entries[n_labels++] = e; }
+            e->scored_by_map = 1;
+            e->grade = score_values[j];
+        }
+        if (repeated) {
+            status[i] = ROW_REPEATED_KEY;
+            continue;
+        }
+        if (labels_at + n_labels > cap_labels) { failure = "label output too small"; break; }
+        double best = -1.0;
+        for (size_t j = 0; j < n_labels; j++) {
+            double grade = labeled_entries[j]->grade;
+            label_grades[labels_at++] = grade;
+            if (grade > best) best = grade;
+        }
+        int has_relevant = best >= threshold;
+        if (!has_relevant && skip_no_relevant) {
+            labels_at = label_start;
+            status[i] = ROW_NO_RELEVANT;
+            continue;
+        }
+        sort_descending(label_grades + label_start, labels_at - label_start);
+        if (ranked_at + (size_t)(r1 - r0) > cap_ranked) { failure = "ranked output too small"; break; }
+        for (int64_t j = r0; j < r1; j++) {
+            Entry *e = table_find(&table, STRING_BYTES(retrieved, j), STRING_LENGTH(retrieved, j));
+            if (e->seen) { duplicates[i]++; continue; }
+            e->seen = 1;
+            ranked_grades[ranked_at] = e->labeled ? e->grade : 0.0;
+            ranked_judged[ranked_at] = e->labeled;
+            ranked_at++;
+        }
+        status[i] = ROW_SCORED;
+        forced_zero[i] = !has_relevant;
+        scored++;
+        ranked_offsets[scored] = (int64_t)ranked_at;
+        label_offsets[scored] = (int64_t)labels_at;
+    }
+    free(table.entries);
+    free(labeled_entries);
+    Py_END_ALLOW_THREADS
+    release(bufs, 22);
+    if (failure) {
+        PyErr_Format(PyExc_ValueError, "join: %s", failure);
+        return NULL;
+    }
+    return Py_BuildValue("nnn", (Py_ssize_t)scored, (Py_ssize_t)ranked_at, (Py_ssize_t)labels_at);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Scoring                                                                                      */
+
+enum {
+    M_NDCG_EXP = 0,
+    M_NDCG_LINEAR = 1,
+    M_DCG_EXP = 2,
+    M_DCG_LINEAR = 3,
+    M_PRECISION = 4,
+    M_RECALL = 5,
+    M_MRR = 6,
+    M_MAP = 7,
+    M_HIT_RATE = 8,
+    M_R_PRECISION = 9,
+    M_JUDGED = 10,
+    M_COUNT = 11
+};
+
+static inline double gain_of(double grade, int linear) { return linear ? grade : exp2(grade) - 1.0; }
+
+static inline double ratio(double numerator, double denominator) {
+    return denominator != 0.0 ? numerator / denominator : 0.0;
+}
+
+/* score(ranked_offsets, ranked_grades, ranked_judged, label_offsets, label_grades, discounts,
+ *       codes, cutoffs, rels, out)
+ *
+ * out[m * n + q] = metric m of query q. `discounts[r]` is log2(r + 2), computed by numpy so both
+ * paths divide by the same numbers; a cutoff < 0 means none. */
+static PyObject *score(PyObject *self, PyObject *args) {
+    PyObject *objs[10];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9]))
+        return NULL;
+    static const char *names[10] = {"ranked_offsets", "ranked_grades", "ranked_judged",
+                                    "label_offsets", "label_grades", "discounts", "codes",
+                                    "cutoffs", "rels", "out"};
+    static const Py_ssize_t sizes[10] = {8, 8, 1, 8, 8, 8, 4, 8, 8, 8};
+    Buf bufs[10];
+    memset(bufs, 0, sizeof(bufs));
+    for (int i = 0; i < 10; i++) {
+        if (get_buffer(objs[i], &bufs[i], i == 9, sizes[i], names[i]) < 0) {
+            release(bufs, 10);
+            return NULL;
+        }
+    }
+    const int64_t *ranked_offsets = DATA(bufs[0], int64_t);
+    const double *grades = DATA(bufs[1], double);
+    const uint8_t *judged = DATA(bufs[2], uint8_t);
+    const int64_t *label_offsets = DATA(bufs[3], int64_t);
+    const double *label_grades = DATA(bufs[4], double);
+    const double *discounts = DATA(bufs[5], double);
+    const int32_t *codes = DATA(bufs[6], int32_t);
+    const int64_t *cutoffs = DATA(bufs[7], int64_t);
+    const double *rels = DATA(bufs[8], double);
+    double *out = DATA(bufs[9], double);
+    size_t n_offsets = COUNT(bufs[0], int64_t);
+    size_t n = n_offsets ? n_offsets - 1 : 0;
+    size_t m = COUNT(bufs[6], int32_t);
+    size_t n_grades = COUNT(bufs[1], double), n_labels = COUNT(bufs[4], double);
+    size_t n_discounts = COUNT(bufs[5], double);
+    const char *failure = NULL;
+    if (COUNT(bufs[3], int64_t) != n_offsets || COUNT(bufs[2], uint8_t) != n_grades ||
+        COUNT(bufs[7], int64_t) != m || COUNT(bufs[8], double) != m ||
+        COUNT(bufs[9], double) < m * n) {
+        failure = "array lengths disagree";
+    }
+    for (size_t j = 0; j < m && !failure; j++) {
+        if (codes[j] < 0 || codes[j] >= M_COUNT) failure = "unknown metric code";
+    }
+    /* Offsets must rise and stay inside the arrays; discounts must cover the longest list. */
+    for (size_t q = 0; q < n && !failure; q++) {
+        if (ranked_offsets[q] < 0 || ranked_offsets[q + 1] < ranked_offsets[q] ||
+            (size_t)ranked_offsets[q + 1] > n_grades || label_offsets[q] < 0 ||
+            label_offsets[q + 1] < label_offsets[q] || (size_t)label_offsets[q + 1] > n_labels ||
+            (size_t)(ranked_offsets[q + 1] - ranked_offsets[q]) > n_discounts ||
+            (size_t)(label_offsets[q + 1] - label_offsets[q]) > n_discounts)
+            failure = "offsets out of range or discounts too short";
+    }
+    if (failure) {
+        release(bufs, 10);
+        PyErr_Format(PyExc_ValueError, "score: %s", failure);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t q = 0; q < n; q++) {
+        const double *g = grades + ranked_offsets[q];
+        const uint8_t *judged_here = judged + ranked_offsets[q];
+        int64_t length = ranked_offsets[q + 1] - ranked_offsets[q];
+        const double *ideal = label_grades + label_offsets[q];
+        int64_t n_ideal = label_offsets[q + 1] - label_offsets[q];
+        for (size_t j = 0; j < m; j++) {
+            int code = codes[j];
+            int64_t k = cutoffs[j];
+            int64_t depth = (k >= 0 && k < length) ? k : length;
+            double rel = rels[j], value = 0.0;
+            switch (code) {
+            case M_NDCG_EXP:
+            case M_NDCG_LINEAR:
+            case M_DCG_EXP:
+            case M_DCG_LINEAR: {
+                int linear = code == M_NDCG_LINEAR || code == M_DCG_LINEAR;
+                double dcg = 0.0;
+                for (int64_t r = 0; r < depth; r++) dcg += gain_of(g[r], linear) / discounts[r];
+                if (code == M_DCG_EXP || code == M_DCG_LINEAR) {
+                    value = dcg;
+                    break;
+                }
+                int64_t ideal_depth = (k >= 0 && k < n_ideal) ? k : n_ideal;
+                double idcg = 0.0;
+                for (int64_t r = 0; r < ideal_depth; r++) idcg += gain_of(ideal[r], linear) / discounts[r];
+                value = ratio(dcg, idcg);
+                break;
+            }
+            case M_PRECISION:
+            case M_RECALL:
+            case M_HIT_RATE: {
+                int64_t found = 0;
+                for (int64_t r = 0; r < depth; r++) found += g[r] >= rel;
+                if (code == M_PRECISION) {
+                    value = k >= 0 ? (double)found / (double)k : ratio((double)found, (double)length);
+                } else if (code == M_HIT_RATE) {
+                    value = found > 0 ? 1.0 : 0.0;
+                } else {
+                    int64_t total = 0;
+                    for (int64_t r = 0; r < n_ideal; r++) total += ideal[r] >= rel;
+                    value = ratio((double)found, (double)total);
+                }
+                break;
+            }
+            case M_MRR: {
+                for (int64_t r = 0; r < depth; r++) {
+                    if (g[r] >= rel) {
+                        value = 1.0 / ((double)r + 1.0);
+                        break;
+                    }
+                }
+                break;
+            }
+            case M_MAP: {
+                int64_t total = 0, hits = 0;
+                for (int64_t r = 0; r < n_ideal; r++) total += ideal[r] >= rel;
+                double summed = 0.0;
+                for (int64_t r = 0; r < depth; r++) {
+                    if (g[r] >= rel) {
+                        hits++;
+                        summed += (double)hits / ((double)r + 1.0);
+                    }
+                }
+                value = ratio(summed, (double)total);
+                break;
+            }
+            case M_R_PRECISION: {
+                int64_t total = 0, found = 0;
+                for (int64_t r = 0; r < n_ideal; r++) total += ideal[r] >= rel;
+                int64_t top = total < length ? total : length;
+                for (int64_t r = 0; r < top; r++) found += g[r] >= rel;
+                value = ratio((double)found, (double)total);
+                break;
+            }
+            case M_JUDGED: {
+                int64_t labeled = 0;
+                for (int64_t r = 0; r < depth; r++) labeled += judged_here[r] != 0;
+                value = ratio((double)labeled, (double)depth);
+                break;
+            }
+            }
+            out[j * n + q] = value;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(bufs, 10);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"join", join, METH_VARARGS, "Join rankings with labels into RankedBatch arrays."},
+    {"score", score, METH_VARARGS, "Score a RankedBatch with the compiled metric twins."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rankgate._join", NULL, -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__join(void) { return PyModule_Create(&module); }

@@ -1,0 +1,252 @@
+"""The compiled path: Arrow columns of IDs -> ``RankedBatch`` -> per-query metric values.
+
+``BatchBuilder`` joins rankings with labels one Python dict at a time; on millions of traces that,
+and the Python objects behind it, is where the time goes. Here the same join runs in C
+(``rankgate._join``) straight over Arrow buffers, and the metrics that declare a compiled twin
+(``native=`` in ``metrics/definitions.py``) are scored in one pass per query. The numpy definitions
+remain the reference: tests hold both paths equal on random batches, and any metric without a twin is
+computed by its definition over the same ``RankedBatch``.
+
+The module works without the extension too (``available()`` is then False) and callers fall back to
+the record-at-a-time path, which gives the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from rankgate.batch import RankedBatch
+from rankgate.spec import MetricSpec
+
+_join: Any
+try:
+    import rankgate._join as _join
+except ImportError:  # built without a C compiler: the pure-Python path still works
+    _join = None
+
+__all__ = ["ROW_STATUS", "IdColumns", "Joined", "available", "join", "score"]
+
+# What ``join`` decided for each row, by code.
+ROW_SCORED, ROW_UNLABELED, ROW_NO_RELEVANT, ROW_REPEATED_KEY = 0, 1, 2, 3
+ROW_STATUS = ("scored", "unlabeled", "no_relevant", "repeated_key")
+
+# The compiled twins, by the code ``_join.score`` knows them under.
+_NATIVE_CODES = {
+    ("ndcg", "exponential"): 0,
+    ("ndcg", "linear"): 1,
+    ("dcg", "exponential"): 2,
+    ("dcg", "linear"): 3,
+    ("precision", None): 4,
+    ("recall", None): 5,
+    ("mrr", None): 6,
+    ("map", None): 7,
+    ("hit_rate", None): 8,
+    ("r_precision", None): 9,
+    ("judged", None): 10,
+}
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.uint8]
+_EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+
+
+def available() -> bool:
+    """True when the compiled kernels were built (they are optional at install)."""
+    return _join is not None
+
+
+@dataclass(frozen=True, slots=True)
+class IdColumns:
+    """A column of ID lists in Arrow layout: per row a range of strings, per string a byte range.
+
+    ``valid`` is None when every row has a list; otherwise 1 for rows that have one.
+    """
+
+    lists: Ints
+    strings: npt.NDArray[np.int32] | Ints  # Arrow's own width: int32 (string) or int64 (large)
+    data: npt.NDArray[np.uint8]
+    valid: Flags | None = None
+
+    @classmethod
+    def from_arrow(cls, array: Any) -> IdColumns:
+        """From a ``list<string>`` / ``large_list<large_string>`` (or map keys) Arrow array.
+
+        Offsets are widened to int64; the bytes are not copied.
+        """
+        lists = np.asarray(array.offsets, dtype=np.int64)
+        child = array.keys if hasattr(array, "keys") else array.values
+        strings, data = string_buffers(child)
+        valid = None
+        if array.null_count:
+            valid = np.asarray(array.is_valid(), dtype=np.uint8)
+        return cls(lists, strings, data, valid)
+
+
+def string_buffers(strings: Any) -> tuple[Any, npt.NDArray[np.uint8]]:
+    """Offsets and bytes of an Arrow string array, neither copied (the offsets keep their width)."""
+    _, offsets_buffer, data_buffer = strings.buffers()[:3]
+    large = str(strings.type) == "large_string"
+    width = np.int64 if large else np.int32
+    start = strings.offset
+    offsets = np.frombuffer(offsets_buffer, dtype=width)[start : start + len(strings) + 1]
+    data = _EMPTY_BYTES if data_buffer is None else np.frombuffer(data_buffer, dtype=np.uint8)
+    return offsets, data
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """What ``join`` made of a block of rows.
+
+    ``status``, ``duplicates`` and ``forced_zero`` have one entry per row asked for; ``batch`` holds
+    the scored rows only, in order. ``forced_zero`` marks scored rows with no relevant label (kept
+    under ``empty_relevant="zero"``).
+    """
+
+    status: Flags
+    duplicates: Ints
+    forced_zero: npt.NDArray[np.bool_]
+    batch: RankedBatch
+
+
+def join(
+    rows: Ints,
+    retrieved: IdColumns,
+    relevant: IdColumns | None,
+    scores: IdColumns | None,
+    score_values: Floats | None,
+    *,
+    threshold: float,
+    skip_no_relevant: bool,
+    unique_map_keys: bool,
+) -> Joined:
+    """Join the rankings of ``rows`` with their labels (see ``batch.BatchBuilder.add``, the
+    reference this must equal): first occurrence of an ID wins, relevant IDs count grade 1, a score
+    overrides, unlabeled documents count 0. Rows without any label column are ``unlabeled``; rows
+    whose best grade misses ``threshold`` are ``no_relevant`` when ``skip_no_relevant``; with
+    ``unique_map_keys``, a row whose scores repeat a key is ``repeated_key`` (a table's map column
+    must not, while a JSON object may, keeping the last)."""
+    if _join is None:
+        raise RuntimeError("the compiled kernels are not built")
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    n = len(rows)
+    retrieved_cap = int((retrieved.lists[rows + 1] - retrieved.lists[rows]).sum()) if n else 0
+    label_cap = 0
+    for column in (relevant, scores):
+        if column is not None and n:
+            label_cap += int((column.lists[rows + 1] - column.lists[rows]).sum())
+    empty_lists = np.zeros(1, dtype=np.int64)
+    no_valid = np.zeros(0, dtype=np.uint8)
+
+    def parts(column: IdColumns | None) -> tuple[Any, Any, Any, Any]:
+        if column is None:
+            return no_valid, empty_lists, empty_lists, _EMPTY_BYTES
+        valid = column.valid
+        if valid is None:
+            valid = np.ones(len(column.lists) - 1, dtype=np.uint8)
+        return valid, column.lists, column.strings, column.data
+
+    status = np.empty(n, dtype=np.uint8)
+    duplicates = np.empty(n, dtype=np.int64)
+    forced_zero = np.empty(n, dtype=np.uint8)
+    ranked_offsets = np.empty(n + 1, dtype=np.int64)
+    ranked_grades = np.empty(retrieved_cap, dtype=np.float64)
+    ranked_judged = np.empty(retrieved_cap, dtype=np.uint8)
+    label_offsets = np.empty(n + 1, dtype=np.int64)
+    label_grades = np.empty(label_cap, dtype=np.float64)
+    values = np.zeros(0, dtype=np.float64) if score_values is None else score_values
+    scored, ranked, labels = _join.join(
+        rows,
+        retrieved.lists,
+        retrieved.strings,
+        retrieved.data,
+        *parts(relevant),
+        *parts(scores),
+        np.ascontiguousarray(values, dtype=np.float64),
+        float(threshold),
+        int(skip_no_relevant),
+        int(unique_map_keys),
+        status,
+        duplicates,
+        forced_zero,
+        ranked_offsets,
+        ranked_grades,
+        ranked_judged,
+        label_offsets,
+        label_grades,
+        None,
+    )
+    batch = RankedBatch(
+        ranked_offsets=ranked_offsets[: scored + 1],
+        ranked_grades=ranked_grades[:ranked],
+        ranked_judged=ranked_judged[:ranked].view(np.bool_),
+        label_offsets=label_offsets[: scored + 1],
+        label_grades=label_grades[:labels],
+    )
+    return Joined(status, duplicates, forced_zero.view(np.bool_), batch)
+
+
+def native_code(spec: MetricSpec) -> int | None:
+    """The compiled twin of a metric, or None when it has none (its definition then runs)."""
+    native = spec.definition.native
+    if native is None:
+        return None
+    variant = spec.param("gain") if native in ("ndcg", "dcg") else None
+    return _NATIVE_CODES.get((native, None if variant is None else str(variant)))
+
+
+def score(
+    batch: RankedBatch,
+    specs: Sequence[MetricSpec],
+    defaults: Mapping[str, float],
+    *,
+    native: bool = True,
+) -> dict[MetricSpec, Floats]:
+    """Per-query values of every spec over ``batch``: compiled twins in one pass, the rest (or all,
+    when ``native`` is False or the extension is missing) by their numpy definitions."""
+    values: dict[MetricSpec, Floats] = {}
+    twins = [
+        (spec, code)
+        for spec in specs
+        if native and _join is not None and (code := native_code(spec)) is not None
+    ]
+    if twins and batch.n_queries:
+        longest = max(
+            int(batch.ranked_lengths.max(initial=0)), int(batch.label_lengths.max(initial=0))
+        )
+        # numpy computes the discounts, as the definitions do, so both divide by the same numbers.
+        discounts = np.log2(np.arange(longest, dtype=np.float64) + 2.0)
+        codes = np.array([code for _, code in twins], dtype=np.int32)
+        cutoffs = np.array([-1 if s.k is None else s.k for s, _ in twins], dtype=np.int64)
+        rels = np.array([_rel(s, defaults) for s, _ in twins], dtype=np.float64)
+        out = np.empty((len(twins), batch.n_queries), dtype=np.float64)
+        _join.score(
+            batch.ranked_offsets,
+            batch.ranked_grades,
+            batch.ranked_judged.view(np.uint8),
+            batch.label_offsets,
+            batch.label_grades,
+            discounts,
+            codes,
+            cutoffs,
+            rels,
+            out,
+        )
+        for row, (spec, _) in enumerate(twins):
+            values[spec] = out[row]
+    for spec in specs:
+        if spec not in values:
+            values[spec] = spec.compute(batch, defaults)
+    return {spec: values[spec] for spec in specs}
+
+
+def _rel(spec: MetricSpec, defaults: Mapping[str, float]) -> float:
+    if not any(p.name == "rel" for p in spec.definition.params):
+        return 1.0
+    given = dict(spec.params)
+    return float(given.get("rel", defaults.get("rel", spec.definition.param("rel").default)))

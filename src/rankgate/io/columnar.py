@@ -1,0 +1,414 @@
+"""Sources read as Arrow columns instead of one Python dict per record.
+
+Parquet files, in-memory Arrow/pandas/polars tables and JSON Lines files can be read as chunks of
+normalised Arrow columns (``Chunk``): ``query_id``, ``retrieved_ids``, ``relevant_ids``,
+``relevance_scores`` and one ``segment:<field>`` column per segment field. The compiled join then
+works on those buffers directly.
+
+The validator (``io/validate.py``) stays the one definition of a valid trace. A chunk marks as
+*slow* every row whose meaning the columnar reading cannot be sure of (a null or empty ID, a grade
+out of range, a line that is not plain JSON...); the evaluator hands those rows to the validator one
+by one, so they get exactly the record path's value or error message. When a whole source has a
+shape the columnar reading does not handle (dotted field paths, a column of JSON text, a float
+segment column), ``chunks`` returns None and the record path reads everything.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from rankgate.errors import InputError
+from rankgate.io.json_records import JsonSource, line_record
+from rankgate.io.tables import ArrowSource
+from rankgate.io.validate import MAX_GRADE, FieldMap, RawRecord
+
+__all__ = ["Chunk", "chunks"]
+
+T = TypeVar("T")
+
+CHUNK_ROWS = 65_536
+CHUNK_BYTES = 32 << 20
+SEGMENT_PREFIX = "segment:"
+
+
+@dataclass(frozen=True, eq=False)
+class Chunk:
+    """A block of consecutive input records as normalised Arrow columns.
+
+    ``slow`` marks rows the validator must read (``raw(i)`` gives row i as a ``RawRecord``).
+    ``later(rows)`` gives a loader of those rows' raw records, read back from the source when it is
+    called, so per-query attributes can be fetched later without being held in memory (the loader
+    keeps neither the chunk nor its columns). ``unique_map_keys``:
+    the scores column comes from a table, where a repeated map key is an error (in a JSON object the
+    last value wins).
+    """
+
+    table: Any
+    slow: npt.NDArray[np.bool_]
+    first_ordinal: int
+    unique_map_keys: bool
+    raw: Callable[[int], RawRecord]
+    later: Callable[[npt.NDArray[np.int64]], Callable[[], list[RawRecord]]]
+    done: int
+
+
+def chunks(source: Any, fields: FieldMap, segment_fields: Sequence[str]) -> Iterator[Chunk] | None:
+    """The source as columnar chunks, or None when only the record path can read it."""
+    if any("." in path for path in (*fields.paths(), *segment_fields)):
+        return None
+    if set(segment_fields) & set(fields.paths()):
+        return None
+    if isinstance(source, ArrowSource):
+        return _arrow_chunks(source, fields, segment_fields)
+    if isinstance(source, JsonSource):
+        try:
+            from rankgate.io import jsonl_arrow
+        except ImportError:  # the JSON Lines scanner is not built yet
+            return None
+        if not jsonl_arrow.available() or not source.is_lines():
+            return None
+        return _json_chunks(source, fields, segment_fields)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Arrow tables and Parquet files
+
+
+def _arrow_chunks(
+    source: ArrowSource, fields: FieldMap, segment_fields: Sequence[str]
+) -> Iterator[Chunk] | None:
+    schema = source.schema()
+    if schema is None or not _columnar_schema(schema, fields, segment_fields):
+        return None
+
+    wanted = [
+        name for name in dict.fromkeys([*fields.paths(), *segment_fields]) if name in schema.names
+    ]
+
+    def generate() -> Iterator[Chunk]:
+        row = 0
+        for batch in prefetched(source.batches(CHUNK_ROWS, wanted)):
+            table, slow = _normalised(batch, fields, segment_fields)
+            first = row
+            raw = _SlowRows(source, first, np.flatnonzero(slow))
+
+            def later(
+                rows: npt.NDArray[np.int64], first: int = first
+            ) -> Callable[[], list[RawRecord]]:
+                picked = rows.astype(np.int32, copy=False)
+                return lambda: source.reread(picked.astype(np.int64) + first)
+
+            row += batch.num_rows
+            yield Chunk(table, slow, first + 1, True, raw, later, row)
+
+    return generate()
+
+
+class _SlowRows:
+    """Whole records of a chunk's slow rows, read back together the first time one is asked for
+    (the chunk's batch holds only the columns the evaluation reads)."""
+
+    def __init__(self, source: ArrowSource, first: int, rows: npt.NDArray[np.int64]) -> None:
+        self._source = source
+        self._first = first
+        self._rows = rows
+        self._read: dict[int, RawRecord] | None = None
+
+    def __call__(self, index: int) -> RawRecord:
+        if self._read is None:
+            records = self._source.reread(self._rows + self._first)
+            self._read = dict(zip(self._rows.tolist(), records, strict=True))
+        record = self._read.get(index)
+        if record is None:  # found slow only after the join (a repeated map key)
+            (record,) = self._source.reread(np.array([self._first + index], dtype=np.int64))
+        return record
+
+
+def prefetched(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """``items``, produced by a second thread up to ``depth`` ahead of the consumer.
+
+    Reading (pyarrow, the JSON Lines scanner) and scoring (the compiled join) both release the GIL,
+    so on two cores the next chunk is read while this one is scored. Errors raised while producing
+    reach the consumer in order."""
+    slots: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        slots.put((True, item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slots.put((False, None))
+        except BaseException as problem:  # handed to the consumer, which re-raises it
+            slots.put((False, problem))
+
+    worker = threading.Thread(target=produce, name="rankgate-reader", daemon=True)
+    worker.start()
+    try:
+        while True:
+            more, item = slots.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _columnar_schema(schema: Any, fields: FieldMap, segment_fields: Sequence[str]) -> bool:
+    """Whether every column the evaluation reads has a type the columnar path understands."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    def id_type(t: Any) -> bool:
+        return bool(pt.is_string(t) or pt.is_large_string(t) or pt.is_integer(t))
+
+    def id_list(t: Any) -> bool:
+        return bool((pt.is_list(t) or pt.is_large_list(t)) and id_type(t.value_type))
+
+    names = set(schema.names)
+    if fields.retrieved_ids not in names or not id_list(schema.field(fields.retrieved_ids).type):
+        return False
+    if fields.relevant_ids in names and not id_list(schema.field(fields.relevant_ids).type):
+        return False
+    if fields.relevance_scores in names:
+        scores = schema.field(fields.relevance_scores).type
+        if not pt.is_map(scores) or not id_type(scores.key_type):
+            return False
+        if not (pt.is_integer(scores.item_type) or pt.is_floating(scores.item_type)):
+            return False
+    if fields.query_id in names and not id_type(schema.field(fields.query_id).type):
+        return False
+    for name in segment_fields:
+        if name in names:
+            kind = schema.field(name).type
+            if not (id_type(kind) or pt.is_boolean(kind) or kind == pa.null()):
+                return False
+    return True
+
+
+def _normalised(
+    batch: Any, fields: FieldMap, segment_fields: Sequence[str]
+) -> tuple[Any, npt.NDArray[np.bool_]]:
+    """A record batch in the normalised columns, and the rows the validator must read."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    slow = np.zeros(n, dtype=np.bool_)
+    names = set(batch.schema.names)
+
+    def column(name: str) -> Any:
+        return batch.column(name) if name in names else None
+
+    def id_list(array: Any, required: bool) -> Any:
+        if not (
+            pa.types.is_string(array.type.value_type)
+            or pa.types.is_large_string(array.type.value_type)
+        ):
+            array = array.cast(pa.large_list(pa.large_string()))
+        if required and array.null_count:
+            slow[~np.asarray(array.is_valid())] = True
+        _mark_bad_items(array, array.values, slow)
+        return array
+
+    retrieved = id_list(column(fields.retrieved_ids), required=True)
+    relevant = column(fields.relevant_ids)
+    if relevant is not None:
+        relevant = id_list(relevant, required=False)
+    scores = column(fields.relevance_scores)
+    if scores is not None:
+        key = scores.type.key_type
+        if not (pa.types.is_string(key) or pa.types.is_large_string(key)):
+            key = pa.large_string()  # integer document IDs, as text
+        if key != scores.type.key_type or scores.type.item_type != pa.float64():
+            scores = scores.cast(pa.map_(key, pa.float64()))
+        _mark_bad_items(scores, scores.keys, slow)
+        _mark_bad_grades(scores, slow)
+    query_id = column(fields.query_id)
+    if query_id is None:
+        query_id = pa.nulls(n, pa.large_string())
+    elif not (pa.types.is_string(query_id.type) or pa.types.is_large_string(query_id.type)):
+        query_id = query_id.cast(pa.large_string())
+    else:
+        # An empty ID is an error the validator words.
+        slow |= np.asarray(pc.fill_null(pc.equal(query_id, ""), False), dtype=np.bool_)
+    columns = {
+        "query_id": query_id,
+        "retrieved_ids": retrieved,
+        "relevant_ids": relevant if relevant is not None else pa.nulls(n, retrieved.type),
+        "relevance_scores": scores
+        if scores is not None
+        else pa.nulls(n, pa.map_(pa.large_string(), pa.float64())),
+    }
+    for name in segment_fields:
+        values = column(name)
+        if values is None or values.type == pa.null():
+            values = pa.nulls(n, pa.large_string())
+        elif pa.types.is_boolean(values.type):
+            values = pc.if_else(values, "true", "false").cast(pa.large_string())
+        elif not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+            values = values.cast(pa.large_string())
+        columns[SEGMENT_PREFIX + name] = values
+    return pa.record_batch(columns), slow
+
+
+def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None:
+    """Rows with a null or empty ID in a list (or map key) go to the validator, which words it."""
+    import pyarrow.compute as pc
+
+    if not len(items):
+        return
+    lengths = pc.binary_length(items)
+    bad = np.asarray(pc.fill_null(pc.equal(lengths, 0), True), dtype=np.bool_)
+    if not bad.any():
+        return
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    positions = np.flatnonzero(bad)
+    rows = np.searchsorted(offsets, positions, side="right") - 1
+    inside = (rows >= 0) & (rows < len(offsets) - 1)
+    rows = rows[inside]
+    # Only positions that a row actually covers (a sliced array's child holds others too).
+    covered = positions[inside] < offsets[rows + 1]
+    slow[rows[covered]] = True
+
+
+def _mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
+    items = scores.items
+    if not len(items):
+        return
+    values = np.asarray(items.fill_null(np.nan), dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~((values >= 0) & (values <= MAX_GRADE))  # NaN, null, negative, too large
+    if not bad.any():
+        return
+    offsets = np.asarray(scores.offsets, dtype=np.int64)
+    positions = np.flatnonzero(bad)
+    rows = np.searchsorted(offsets, positions, side="right") - 1
+    inside = (rows >= 0) & (rows < len(offsets) - 1)
+    rows = rows[inside]
+    covered = positions[inside] < offsets[rows + 1]
+    slow[rows[covered]] = True
+
+
+# --------------------------------------------------------------------------------------------
+# JSON Lines
+
+
+def _json_chunks(
+    source: JsonSource, fields: FieldMap, segment_fields: Sequence[str]
+) -> Iterator[Chunk]:
+    from rankgate.io import jsonl_arrow
+
+    keys = (fields.query_id, fields.retrieved_ids, fields.relevant_ids, fields.relevance_scores)
+    ordinal = 0
+
+    def parsed_chunks() -> Iterator[tuple[bytes, int, int, Any]]:
+        for data, first_line, offset in source.line_chunks(CHUNK_BYTES):
+            parsed = jsonl_arrow.parse_chunk(data, keys, tuple(segment_fields), first_line)
+            yield data, first_line, offset, parsed
+
+    for data, first_line, offset, parsed in prefetched(parsed_chunks()):
+        table = parsed.table.rename_columns(
+            [
+                "query_id",
+                "retrieved_ids",
+                "relevant_ids",
+                "relevance_scores",
+                *(SEGMENT_PREFIX + name for name in segment_fields),
+            ]
+        )
+        first = ordinal
+        lines, starts, ends = parsed.line, parsed.start, parsed.end
+
+        def raw(
+            index: int,
+            data: bytes = data,
+            lines: Any = lines,
+            starts: Any = starts,
+            ends: Any = ends,
+            first: int = first,
+        ) -> RawRecord:
+            line = data[int(starts[index]) : int(ends[index])]
+            return line_record(source.name, line, int(lines[index]), first + index + 1)
+
+        def later(
+            rows: npt.NDArray[np.int64],
+            offset: int = offset,
+            size: int = len(data),
+            first_line: int = first_line,
+            first: int = first,
+        ) -> Callable[[], list[RawRecord]]:
+            # Only the chunk's place in the file and the rows' numbers are kept (4 bytes a row);
+            # the lines are found again by the same rules when they are asked for.
+            picked = rows.astype(np.int32, copy=False)
+            return lambda: _reread_lines(source, offset, size, first_line, first, picked)
+
+        ordinal += table.num_rows
+        yield Chunk(table, parsed.slow, first + 1, False, raw, later, source.done())
+
+
+def _reread_lines(
+    source: JsonSource,
+    offset: int,
+    size: int,
+    first_line: int,
+    first_ordinal: int,
+    rows: npt.NDArray[np.int32],
+) -> list[RawRecord]:
+    """Some records of a chunk read back from the source: the chunk's bytes sit at ``offset`` in
+    the decompressed stream, ``rows`` number its non-blank lines from 0."""
+    from rankgate.io.source import decompressed
+
+    raw = source.reopen()
+    try:
+        stream = decompressed(raw)
+        if stream is raw or (hasattr(stream, "seek") and not _is_gzip(stream)):
+            stream.seek(offset)
+        else:
+            _skip(stream, offset)
+        block = stream.read(size)
+    finally:
+        raw.close()
+    wanted = set(rows.tolist())
+    found: dict[int, RawRecord] = {}
+    row = 0
+    for number, line in enumerate(block.split(b"\n"), start=first_line):
+        if not line.strip():
+            continue
+        if row in wanted:
+            found[row] = line_record(source.name, line, number, first_ordinal + row + 1)
+        row += 1
+    if len(found) != len(wanted):
+        raise InputError(source.name, None, "the file changed while it was read")
+    return [found[row] for row in rows.tolist()]
+
+
+def _is_gzip(stream: Any) -> bool:
+    import gzip
+
+    return isinstance(getattr(stream, "raw", None), gzip.GzipFile)
+
+
+def _skip(stream: Any, count: int) -> None:
+    while count > 0:
+        block = stream.read(min(count, 1 << 20))
+        if not block:
+            raise InputError(str(stream), None, "the file changed while it was read")
+        count -= len(block)
