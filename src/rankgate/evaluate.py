@@ -473,11 +473,15 @@ class _Accumulator:
         """Take a block of records read as columns: the compiled join and kernels score the rows it
         can, the validator reads the rows marked slow, and both land in input order."""
         table, slow = chunk.table, chunk.slow.copy()
+        names = table.schema.names
         retrieved = fast.IdColumns.from_arrow(table.column("retrieved_ids"))
-        relevant = fast.IdColumns.from_arrow(table.column("relevant_ids"))
-        scores_column = table.column("relevance_scores")
-        scores = fast.IdColumns.from_arrow(scores_column)
-        score_values = np.asarray(scores_column.items, dtype=np.float64)
+        relevant = scores = score_values = None
+        if "relevant_ids" in names:
+            relevant = fast.IdColumns.from_arrow(table.column("relevant_ids"))
+        if "relevance_scores" in names:
+            scores_column = table.column("relevance_scores")
+            scores = fast.IdColumns.from_arrow(scores_column)
+            score_values = np.asarray(scores_column.items, dtype=np.float64)
         while True:
             rows = np.flatnonzero(~slow).astype(np.int64)
             joined = fast.join(

@@ -232,3 +232,41 @@ def test_attributes_are_read_back_on_demand(tmp_path: Path) -> None:
     evaluation = rankgate.evaluate(path, METRICS)
     assert evaluation.attributes[37]["note"] == "n37"
     assert evaluation.to_arrow().column("shard").to_pylist() == list(range(50))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("label_column", ["relevant_ids", "relevance_scores"])
+def test_one_label_column_is_enough(
+    monkeypatch: pytest.MonkeyPatch, rows: int, label_column: str
+) -> None:
+    labels: Any = (
+        pa.array([["x"]] * rows, pa.list_(pa.string()))
+        if label_column == "relevant_ids"
+        else pa.array([[("x", 2.0)]] * rows, pa.map_(pa.string(), pa.float64()))
+    )
+    table = pa.table(
+        {
+            "query_id": [f"q{i}" for i in range(rows)],
+            "retrieved_ids": [["y", "x"]] * rows,
+            label_column: labels,
+        }
+    )
+    _same(rankgate.evaluate(table, METRICS), _record_path(monkeypatch, table))
+
+
+def test_a_map_attribute_with_a_repeated_key_is_invalid_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    table = pa.table(
+        {
+            "query_id": ["q1", "q2"],
+            "retrieved_ids": [["a"], ["b"]],
+            "relevant_ids": [["a"], ["b"]],
+            "tags": pa.array([[("k", 1)], [("k", 1), ("k", 2)]], pa.map_(pa.string(), pa.int64())),
+        }
+    )
+    run = Settings(on_invalid="skip")
+    _same(
+        rankgate.evaluate(table, METRICS, settings=run),
+        _record_path(monkeypatch, table, settings=run),
+    )

@@ -77,6 +77,19 @@ def add_parser(commands: Any) -> None:
     add_scoring_options(parser)
     add_store_options(parser, variants=True)
     add_otel_options(parser)
+    engines = parser.add_argument_group("engines")
+    engines.add_argument(
+        "--engine",
+        choices=("local", "spark"),
+        default="local",
+        help="score in this process (default) or on Spark: a Parquet file or folder, any URL "
+        "Spark reads (needs rankgate[spark])",
+    )
+    engines.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master for --engine spark (default: the launcher's, else local[*])",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -102,9 +115,16 @@ def run(args: argparse.Namespace) -> int:
     metrics = metrics_from(args, config)
 
     traces, sources = _traces(args)
+    html = args.report_format == "html" or args.html is not None
+    if args.engine == "spark":
+        from rankgate.engines.spark import evaluate_path
+
+        evaluation = evaluate_path(
+            traces, metrics, gates, settings, policy, args.master, progress=not args.no_progress
+        )
+        return _report(args, evaluation, sources)
     traces = source_for(traces, args, settings)
     label = sources[0] if len(sources) == 1 else " + ".join(sources)
-    html = args.report_format == "html" or args.html is not None
     bar = ProgressBar(label, sys.stderr, enabled=not args.no_progress)
     try:
         evaluation = evaluate(
@@ -122,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     for note in source_notes(traces):
         sys.stderr.write(note + "\n")
+    return _report(args, evaluation, sources)
 
+
+def _report(args: argparse.Namespace, evaluation: Any, sources: list[str]) -> int:
     style = style_for(sys.stdout, args.color)
     if args.report_format == "json":
         text = render_json(eval_report(evaluation, sources, per_query=args.per_query))
@@ -151,6 +174,35 @@ def _check_combination(args: argparse.Namespace) -> None:
         raise UsageError("--run/--qrels take their labels from the qrels file; drop --labels")
     if args.input_format is not None and (args.run is not None or args.qrels is not None):
         raise UsageError("--input-format does not apply to --run/--qrels (TREC files)")
+    if args.master is not None and args.engine != "spark":
+        raise UsageError("--master applies to --engine spark")
+    if args.engine == "spark":
+        _check_spark(args)
+
+
+def _check_spark(args: argparse.Namespace) -> None:
+    """What the Spark engine reads: Parquet, by path or URL, with the scoring options only."""
+    refused = [
+        ("--run/--qrels", args.run is not None or args.qrels is not None),
+        ("--labels", args.labels is not None),
+        ("--worst", args.worst is not None),
+        ("standard input", args.traces == "-"),
+        ("a trace store", args.traces is not None and is_store_url(args.traces)),
+        ("--since/--until", args.since is not None or args.until is not None),
+        ("--variant", bool(args.variant)),
+        ("--sample", args.sample is not None),
+        ("--sql/--param", args.sql is not None or bool(args.param)),
+        (
+            "--otel-* options",
+            bool(args.otel_span_kind or args.otel_query_id or args.otel_doc_id_key),
+        ),
+        ("--input-format other than parquet", args.input_format not in (None, "parquet")),
+    ]
+    for name, given in refused:
+        if given:
+            raise UsageError(
+                f"--engine spark reads Parquet files and folders; {name} does not apply"
+            )
 
 
 def _traces(args: argparse.Namespace) -> tuple[Any, list[str]]:

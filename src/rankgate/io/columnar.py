@@ -183,6 +183,11 @@ def _columnar_schema(schema: Any, fields: FieldMap, segment_fields: Sequence[str
         return bool((pt.is_list(t) or pt.is_large_list(t)) and id_type(t.value_type))
 
     names = set(schema.names)
+    # The record path refuses a row whose map column, any map column, repeats a key; only the
+    # trace fields are read here, so a source with other maps is left to the record path.
+    others = [schema.field(name).type for name in names if name != fields.relevance_scores]
+    if any(_holds_map(kind) for kind in others):
+        return False
     if fields.retrieved_ids not in names or not id_list(schema.field(fields.retrieved_ids).type):
         return False
     if fields.relevant_ids in names and not id_list(schema.field(fields.relevant_ids).type):
@@ -201,6 +206,15 @@ def _columnar_schema(schema: Any, fields: FieldMap, segment_fields: Sequence[str
             if not (id_type(kind) or pt.is_boolean(kind) or kind == pa.null()):
                 return False
     return True
+
+
+def _holds_map(kind: Any) -> bool:
+    """Whether an Arrow type is, or nests, a map."""
+    import pyarrow.types as pt
+
+    if pt.is_map(kind):
+        return True
+    return any(_holds_map(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _normalised(
@@ -249,14 +263,12 @@ def _normalised(
     else:
         # An empty ID is an error the validator words.
         slow |= np.asarray(pc.fill_null(pc.equal(query_id, ""), False), dtype=np.bool_)
-    columns = {
-        "query_id": query_id,
-        "retrieved_ids": retrieved,
-        "relevant_ids": relevant if relevant is not None else pa.nulls(n, retrieved.type),
-        "relevance_scores": scores
-        if scores is not None
-        else pa.nulls(n, pa.map_(pa.large_string(), pa.float64())),
-    }
+    # An absent label column stays absent (the join takes None for it).
+    columns = {"query_id": query_id, "retrieved_ids": retrieved}
+    if relevant is not None:
+        columns["relevant_ids"] = relevant
+    if scores is not None:
+        columns["relevance_scores"] = scores
     for name in segment_fields:
         values = column(name)
         if values is None or values.type == pa.null():
