@@ -202,13 +202,15 @@ static int ids_row_ok(const IdLists *ids, int64_t row) {
     return 1;
 }
 
-enum { ROW_SCORED = 0, ROW_UNLABELED = 1, ROW_NO_RELEVANT = 2, ROW_REPEATED_KEY = 3 };
+/* ROW_FOR_VALIDATOR: something only the validator can word (an empty ID, a map column that repeats
+ * a key); the caller sends the row through the record path. */
+enum { ROW_SCORED = 0, ROW_UNLABELED = 1, ROW_NO_RELEVANT = 2, ROW_FOR_VALIDATOR = 3 };
 
 /* join(rows, retrieved..., relevant..., scores..., threshold, skip_no_relevant, unique_map_keys,
  *      outputs...) -> (scored, ranked_positions, labels)
  *
- * For each row index in `rows` (in order): status (scored, unlabeled, no relevant label, repeated map
- * key), duplicates dropped from its ranking, and, for scored rows only, its ranked grades, judged
+ * For each row index in `rows` (in order): status (scored, unlabeled, no relevant label, or for the
+ * validator), duplicates dropped from its ranking, and, for scored rows only, its ranked grades, judged
  * flags and sorted label grades appended to the outputs. `forced_zero` marks scored rows without a
  * relevant label (only when they are not skipped). */
 static PyObject *join(PyObject *self, PyObject *args) {
@@ -296,6 +298,15 @@ static PyObject *join(PyObject *self, PyObject *args) {
         duplicates[i] = 0;
         forced_zero[i] = 0;
         if (!ids_row_ok(&retrieved, row)) { failure = "retrieved IDs: offsets out of range"; break; }
+        /* An empty ID is invalid whatever the labels say: the validator reads the row first. */
+        int empty_id = 0;
+        for (int64_t j = retrieved.lists[row]; j < retrieved.lists[row + 1]; j++) {
+            if (STRING_LENGTH(retrieved, j) == 0) { empty_id = 1; break; }
+        }
+        if (empty_id) {
+            status[i] = ROW_FOR_VALIDATOR;
+            continue;
+        }
         int has_relevant_list = (size_t)row < n_relevant_valid && relevant_valid[row];
         int has_scores = (size_t)row < n_scores_valid && scores_valid[row];
         if (!has_relevant_list && !has_scores) {
@@ -315,7 +326,7 @@ static PyObject *join(PyObject *self, PyObject *args) {
          * entry is remembered once, so its final grade can be collected without a second lookup
          * (entries do not move: the table was sized for every ID of the query). */
         size_t label_start = labels_at, n_labels = 0;
-        int repeated = 0;
+        int needs_validator = 0; /* an empty ID, or a key a table's map repeats */
         if (label_cap_entries < (size_t)((l1 - l0) + (s1 - s0))) {
             size_t wanted = (size_t)((l1 - l0) + (s1 - s0)) * 2;
             Entry **grown = realloc(labeled_entries, wanted * sizeof(Entry *));
@@ -324,19 +335,21 @@ static PyObject *join(PyObject *self, PyObject *args) {
             label_cap_entries = wanted;
         }
         for (int64_t j = l0; j < l1; j++) {
+            if (STRING_LENGTH(relevant, j) == 0) needs_validator = 1;
             Entry *e = table_find(&table, STRING_BYTES(relevant, j), STRING_LENGTH(relevant, j));
             if (!e->labeled) { e->labeled = 1; labeled_entries[n_labels++] = e; }
             e->grade = 1.0;
         }
         for (int64_t j = s0; j < s1; j++) {
+            if (STRING_LENGTH(scores, j) == 0) needs_validator = 1;
             Entry *e = table_find(&table, STRING_BYTES(scores, j), STRING_LENGTH(scores, j));
-            if (e->scored_by_map && unique_map_keys) repeated = 1;
+            if (e->scored_by_map && unique_map_keys) needs_validator = 1;
             if (!e->labeled) { e->labeled = 1; labeled_entries[n_labels++] = e; }
             e->scored_by_map = 1;
             e->grade = score_values[j];
         }
-        if (repeated) {
-            status[i] = ROW_REPEATED_KEY;
+        if (needs_validator) {
+            status[i] = ROW_FOR_VALIDATOR;
             continue;
         }
         if (labels_at + n_labels > cap_labels) { failure = "label output too small"; break; }

@@ -18,7 +18,8 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -292,6 +293,10 @@ def evaluate(
         SpecError: a metric string is unknown or malformed.
     """
     settings = settings or Settings()
+    label_filter = settings.label_filter
+    if label_filter.max_age is not None and label_filter.as_of is None:
+        # One "now" for the whole run, so every record's labels are aged against the same instant.
+        settings = replace(settings, label_filter=replace(label_filter, as_of=datetime.now(UTC)))
     checked_gates = tuple(parse_gate(g) if isinstance(g, str) else g for g in gates)
     policy = policy or GatePolicy()
     requested = _metric_specs(metrics)
@@ -358,7 +363,7 @@ def _codes(column: Any) -> tuple[npt.NDArray[np.int64], list[str]]:
 
     encoded = pc.fill_null(column, MISSING_VALUE).dictionary_encode()
     return (
-        np.asarray(encoded.indices, dtype=np.int64),
+        fast.numpy_of(encoded.indices).astype(np.int64, copy=False),
         [str(value) for value in encoded.dictionary.to_pylist()],
     )
 
@@ -481,7 +486,7 @@ class _Accumulator:
         if "relevance_scores" in names:
             scores_column = table.column("relevance_scores")
             scores = fast.IdColumns.from_arrow(scores_column)
-            score_values = np.asarray(scores_column.items, dtype=np.float64)
+            score_values = fast.numpy_of(scores_column.items).astype(np.float64, copy=False)
         while True:
             rows = np.flatnonzero(~slow).astype(np.int64)
             joined = fast.join(
@@ -494,10 +499,10 @@ class _Accumulator:
                 skip_no_relevant=self.settings.empty_relevant == "skip",
                 unique_map_keys=chunk.unique_map_keys,
             )
-            repeated = joined.status == fast.ROW_REPEATED_KEY
-            if not repeated.any():
+            for_validator = joined.status == fast.ROW_FOR_VALIDATOR
+            if not for_validator.any():
                 break
-            slow[rows[repeated]] = True  # the validator words the error
+            slow[rows[for_validator]] = True  # the validator words the error
 
         status = joined.status
         self._count_columnar(table, rows, status)

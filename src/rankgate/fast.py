@@ -29,11 +29,21 @@ try:
 except ImportError:  # built without a C compiler: the pure-Python path still works
     _join = None
 
-__all__ = ["ROW_STATUS", "IdColumns", "Joined", "available", "join", "score"]
+__all__ = [
+    "ROW_FOR_VALIDATOR",
+    "ROW_STATUS",
+    "IdColumns",
+    "Joined",
+    "available",
+    "join",
+    "numpy_of",
+    "score",
+]
 
 # What ``join`` decided for each row, by code.
-ROW_SCORED, ROW_UNLABELED, ROW_NO_RELEVANT, ROW_REPEATED_KEY = 0, 1, 2, 3
-ROW_STATUS = ("scored", "unlabeled", "no_relevant", "repeated_key")
+# ROW_FOR_VALIDATOR: an empty ID, or a repeated key in a table's map column; the validator words it.
+ROW_SCORED, ROW_UNLABELED, ROW_NO_RELEVANT, ROW_FOR_VALIDATOR = 0, 1, 2, 3
+ROW_STATUS = ("scored", "unlabeled", "no_relevant", "for_validator")
 
 # The compiled twins, by the code ``_join.score`` knows them under.
 _NATIVE_CODES = {
@@ -79,13 +89,36 @@ class IdColumns:
 
         Offsets are widened to int64; the bytes are not copied.
         """
-        lists = np.asarray(array.offsets, dtype=np.int64)
+        lists = numpy_of(array.offsets).astype(np.int64, copy=False)
         child = array.keys if hasattr(array, "keys") else array.values
         strings, data = string_buffers(child)
         valid = None
         if array.null_count:
-            valid = np.asarray(array.is_valid(), dtype=np.uint8)
+            valid = numpy_of(array.is_valid()).astype(np.uint8)
         return cls(lists, strings, data, valid)
+
+
+def numpy_of(array: Any) -> npt.NDArray[Any]:
+    """The values of a null-free Arrow array of numbers or booleans, as numpy, read from its
+    buffers. (``to_numpy`` and ``np.asarray`` make pyarrow import pandas: 0.2 s of start-up, a
+    third of a small run.)"""
+    import pyarrow.types as pt
+
+    kind = array.type
+    start, length = array.offset, len(array)
+    if array.null_count:
+        raise ValueError("numpy_of takes arrays without nulls")
+    data = array.buffers()[1]
+    if pt.is_boolean(kind):
+        if data is None:
+            return np.zeros(0, dtype=np.bool_)
+        bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+        return bits[start : start + length].view(np.bool_)
+    dtype = np.dtype(kind.to_pandas_dtype())
+    if data is None:
+        return np.zeros(0, dtype=dtype)
+    values: npt.NDArray[Any] = np.frombuffer(data, dtype=dtype)[start : start + length]
+    return values
 
 
 def string_buffers(strings: Any) -> tuple[Any, npt.NDArray[np.uint8]]:
@@ -129,8 +162,8 @@ def join(
     reference this must equal): first occurrence of an ID wins, relevant IDs count grade 1, a score
     overrides, unlabeled documents count 0. Rows without any label column are ``unlabeled``; rows
     whose best grade misses ``threshold`` are ``no_relevant`` when ``skip_no_relevant``; with
-    ``unique_map_keys``, a row whose scores repeat a key is ``repeated_key`` (a table's map column
-    must not, while a JSON object may, keeping the last)."""
+    ``unique_map_keys``, a row whose scores repeat a key (a table's map column must not, while a JSON
+    object may, keeping the last), and any row with an empty ID, are ``for_validator``."""
     if _join is None:
         raise RuntimeError("the compiled kernels are not built")
     rows = np.ascontiguousarray(rows, dtype=np.int64)

@@ -159,7 +159,7 @@ def test_statuses_unlabeled_no_relevant_and_repeated_keys() -> None:
         fast.ROW_UNLABELED,
         fast.ROW_SCORED,  # only grade 0: kept (scored 0) when not skipping
         fast.ROW_SCORED,  # relevant_ids says 1, the score says 0: the score wins
-        fast.ROW_REPEATED_KEY,
+        fast.ROW_FOR_VALIDATOR,
     ]
     assert kept.forced_zero.tolist() == [False, True, True, False]
     assert kept.duplicates.tolist() == [0, 0, 1, 0]

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.errors import InputError
+from rankgate.fast import numpy_of
 from rankgate.io.json_records import JsonSource, line_record
 from rankgate.io.tables import ArrowSource
 from rankgate.io.validate import MAX_GRADE, FieldMap, RawRecord
@@ -238,7 +239,7 @@ def _normalised(
         ):
             array = array.cast(pa.large_list(pa.large_string()))
         if required and array.null_count:
-            slow[~np.asarray(array.is_valid())] = True
+            slow[~numpy_of(array.is_valid())] = True
         _mark_bad_items(array, array.values, slow)
         return array
 
@@ -262,7 +263,7 @@ def _normalised(
         query_id = query_id.cast(pa.large_string())
     else:
         # An empty ID is an error the validator words.
-        slow |= np.asarray(pc.fill_null(pc.equal(query_id, ""), False), dtype=np.bool_)
+        slow |= numpy_of(pc.fill_null(pc.equal(query_id, ""), False))
     # An absent label column stays absent (the join takes None for it).
     columns = {"query_id": query_id, "retrieved_ids": retrieved}
     if relevant is not None:
@@ -282,16 +283,16 @@ def _normalised(
 
 
 def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None:
-    """Rows with a null or empty ID in a list (or map key) go to the validator, which words it."""
+    """Rows with a null ID in a list (or map key) go to the validator, which words it. (The
+    compiled join sends rows with an empty ID there itself.)"""
     import pyarrow.compute as pc
 
-    if not len(items):
+    if not len(items) or not items.null_count:
         return
-    lengths = pc.binary_length(items)
-    bad = np.asarray(pc.fill_null(pc.equal(lengths, 0), True), dtype=np.bool_)
+    bad = numpy_of(pc.is_null(items))
     if not bad.any():
         return
-    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    offsets = numpy_of(lists.offsets).astype(np.int64, copy=False)
     positions = np.flatnonzero(bad)
     rows = np.searchsorted(offsets, positions, side="right") - 1
     inside = (rows >= 0) & (rows < len(offsets) - 1)
@@ -305,12 +306,12 @@ def _mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
     items = scores.items
     if not len(items):
         return
-    values = np.asarray(items.fill_null(np.nan), dtype=np.float64)
+    values = numpy_of(items.fill_null(np.nan)).astype(np.float64, copy=False)
     with np.errstate(invalid="ignore"):
         bad = ~((values >= 0) & (values <= MAX_GRADE))  # NaN, null, negative, too large
     if not bad.any():
         return
-    offsets = np.asarray(scores.offsets, dtype=np.int64)
+    offsets = numpy_of(scores.offsets).astype(np.int64, copy=False)
     positions = np.flatnonzero(bad)
     rows = np.searchsorted(offsets, positions, side="right") - 1
     inside = (rows >= 0) & (rows < len(offsets) - 1)

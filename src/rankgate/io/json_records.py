@@ -54,11 +54,15 @@ class JsonSource:
         self._lines_only = lines_only
         self._owns_handle = owns_handle
         self._raw: IO[bytes] | None = None
+        self.rereadable = False
 
     @classmethod
     def from_path(cls, path: Path, total: int | None) -> JsonSource:
         lines_only = data_suffix(path) in LINES_SUFFIXES
-        return cls(str(path), lambda: path.open("rb"), total, lines_only=lines_only)
+        source = cls(str(path), lambda: path.open("rb"), total, lines_only=lines_only)
+        # Only a regular file can be probed and read again; a pipe's bytes are read once.
+        source.rereadable = path.is_file()
+        return source
 
     @classmethod
     def from_stdin(cls) -> JsonSource:
@@ -96,16 +100,17 @@ class JsonSource:
 
     def reopen(self) -> IO[bytes]:
         """A new handle on the file, for reading some lines again (not for standard input)."""
-        if not self._owns_handle:
-            raise UsageError("standard input cannot be read twice")
+        if not self.rereadable:
+            raise UsageError(f"{self.name} cannot be read twice (not a regular file)")
         return self._open_raw()
 
     def is_lines(self) -> bool:
-        """True when the source holds JSON Lines rather than one JSON array (peeks when unsure)."""
+        """True when the source is a regular file of JSON Lines rather than one JSON array (peeks
+        when unsure); the columnar reader takes only those."""
+        if not self.rereadable:
+            return False  # a pipe cannot be peeked, nor read again for attributes
         if self._lines_only:
             return True
-        if not self._owns_handle:
-            return False  # standard input cannot be peeked twice
         raw = self._open_raw()
         try:
             stream = decompressed(raw)
