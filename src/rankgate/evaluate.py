@@ -486,7 +486,9 @@ class _Accumulator:
         if "relevance_scores" in names:
             scores_column = table.column("relevance_scores")
             scores = fast.IdColumns.from_arrow(scores_column)
-            score_values = fast.numpy_of(scores_column.items).astype(np.float64, copy=False)
+            # A null grade marks its row slow; here it only has to be a number.
+            items = scores_column.items.fill_null(math.nan)
+            score_values = fast.numpy_of(items).astype(np.float64, copy=False)
         while True:
             rows = np.flatnonzero(~slow).astype(np.int64)
             joined = fast.join(

@@ -74,6 +74,10 @@ def rows(draw: st.DrawFn) -> list[dict[str, Any]]:
             query_id = ""  # empty ID: an error
         elif awkward == 5 and retrieved:
             retrieved = [*retrieved, None]  # a null inside the list
+        elif awkward == 6:
+            scores = {**(scores or {}), "h": None}  # a null grade: a table's missing value
+        elif awkward == 7 and relevant is not None:
+            relevant = [*relevant, ""]  # an empty relevant ID
         out.append(
             {
                 "query_id": query_id,

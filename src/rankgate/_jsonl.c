@@ -1,0 +1,1198 @@
+/* A JSON Lines reader for trace records that builds Arrow-layout columns without Python objects.
+ *
+ * `parse(data, fields, segment_fields)` walks the lines of `data` and, for every non-blank line,
+ * either extracts the trace fields (query ID, retrieved IDs, relevant IDs, relevance scores and the
+ * requested segment fields) or marks the row "slow". Slow means "this line is unusual or invalid:
+ * let the Python reader (io/json_records.py + io/validate.py) decide". That path owns every error
+ * message and every odd value, so this one only has to be right when it says a row is fine.
+ * Whenever the exact Python behaviour is not obviously mirrored here, the row goes slow.
+ *
+ * What Python does, and therefore what a fast row must satisfy:
+ *   - line.decode("utf-8") is strict, so every byte sequence >= 0x80 must be well-formed UTF-8
+ *     (no overlongs, no encoded surrogates, nothing past U+10FFFF);
+ *   - json's decoder accepts exactly RFC 8259 plus NaN/Infinity (refused by rankgate), lone
+ *     surrogate escapes (we go slow) and integers of any length (but Python refuses to convert
+ *     integers longer than its int_max_str_digits limit, at least 640 digits; we go slow before);
+ *   - validate_record's rules for each field, described at each parse_* function below.
+ *
+ * The GIL is released for the whole scan: output goes into malloc'd growable buffers, which are
+ * handed to Python as they are (Block objects) at the end. Nothing here recurses except skipping
+ * nested values, and that stops at MAX_DEPTH. Every read is bounded by the end of the current line.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <float.h>
+#include <locale.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Containers nested deeper than this make the row slow (Python copes; we do not need to). */
+#define MAX_DEPTH 64
+/* Python refuses int() of more digits than sys.get_int_max_str_digits(), which cannot be set below
+ * 640 (0 means no limit). Going slow above 600 digits keeps us clear of any setting. */
+#define MAX_INT_DIGITS 600
+/* Grades whose text is longer than this are left to Python rather than copied for strtod. */
+#define MAX_NUMBER_TEXT 400
+
+enum { PARSED = 0, SLOW = 1, NO_MEMORY = -1 };
+enum { QUERY_ID = 0, RETRIEVED = 1, RELEVANT = 2, SCORES = 3, FIELD_COUNT = 4 };
+
+#if defined(__GLIBC__)
+/* strtod follows LC_NUMERIC, which an application may change; a private "C" locale does not. */
+#define HAVE_STRTOD_L 1
+static locale_t c_numeric_locale = (locale_t)0;
+#endif
+
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LOWEST_BYTE(mask) ((size_t)__builtin_ctzll(mask) >> 3)
+#endif
+
+/* ------------------------------------------------------------------------------------------- */
+/* Growable byte buffers                                                                        */
+
+typedef struct {
+    uint8_t *p;
+    size_t len;
+    size_t cap;
+} Buf;
+
+static int buf_grow(Buf *b, size_t need) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2) return -1;
+        cap *= 2;
+    }
+    uint8_t *grown = realloc(b->p, cap);
+    if (!grown) return -1;
+    b->p = grown;
+    b->cap = cap;
+    return 0;
+}
+
+/* Room for `extra` more bytes. `extra` is bounded by the input size, so len + extra cannot wrap. */
+static inline int buf_reserve(Buf *b, size_t extra) {
+    if (b->cap - b->len >= extra) return 0;
+    return buf_grow(b, b->len + extra);
+}
+
+static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    if (n) memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int buf_i64(Buf *b, int64_t value) { return buf_put(b, &value, sizeof value); }
+
+static inline int buf_u8(Buf *b, uint8_t value) {
+    if (buf_reserve(b, 1) < 0) return -1;
+    b->p[b->len++] = value;
+    return 0;
+}
+
+static void buf_free(Buf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Output columns                                                                               */
+
+typedef struct { /* one text per row: query_id and each segment field */
+    Buf valid;   /* uint8 per row */
+    Buf offsets; /* int64, rows + 1 */
+    Buf data;
+} TextColumn;
+
+typedef struct { /* a list of IDs per row */
+    Buf valid;   /* uint8 per row */
+    Buf lists;   /* int64, rows + 1: range of strings per row */
+    Buf offsets; /* int64, strings + 1 */
+    Buf data;
+    size_t strings;
+} ListColumn;
+
+typedef struct { /* relevance_scores: (key, grade) entries per row */
+    Buf valid;
+    Buf entries;     /* int64, rows + 1 */
+    Buf key_offsets; /* int64, count + 1 */
+    Buf key_data;
+    Buf values; /* float64, count */
+    size_t count;
+} MapColumn;
+
+typedef struct {
+    const char *text;
+    size_t len;
+} Name;
+
+typedef struct {
+    /* What to look for. */
+    Name fields[FIELD_COUNT];
+    int fields_distinct; /* two fields under one key: left to Python (every row slow) */
+    size_t nseg;
+    Name *seg;
+    Py_ssize_t *seg_head; /* length of the part before the first '.', or -1 without a dot */
+    uint8_t *seg_shadowed; /* also a trace field's name: never an attribute in Python */
+
+    /* Per-row scratch. */
+    uint8_t *seen;        /* FIELD_COUNT + nseg names + nseg heads: key met already in this row */
+    uint8_t *seg_match;   /* segments named by the current key */
+    uint8_t *head_object; /* the head of a dotted segment name holds an object */
+    uint8_t *seg_valid;
+    size_t *seg_mark;
+    uint8_t qid_valid, rel_valid, scores_valid;
+    Buf key_scratch;
+
+    /* Output. */
+    size_t rows;
+    Buf status, line_index, line_start, line_end;
+    TextColumn qid;
+    ListColumn retrieved, relevant;
+    MapColumn scores;
+    TextColumn *segments;
+} Parser;
+
+typedef struct { /* column sizes when a row starts, to undo its partial output if it goes slow */
+    size_t qid_data;
+    size_t retrieved_strings, retrieved_data;
+    size_t relevant_strings, relevant_data;
+    size_t scores_count, scores_key_data;
+} Mark;
+
+static void text_column_free(TextColumn *c) {
+    buf_free(&c->valid);
+    buf_free(&c->offsets);
+    buf_free(&c->data);
+}
+
+static void list_column_free(ListColumn *c) {
+    buf_free(&c->valid);
+    buf_free(&c->lists);
+    buf_free(&c->offsets);
+    buf_free(&c->data);
+}
+
+static void map_column_free(MapColumn *c) {
+    buf_free(&c->valid);
+    buf_free(&c->entries);
+    buf_free(&c->key_offsets);
+    buf_free(&c->key_data);
+    buf_free(&c->values);
+}
+
+static void parser_free(Parser *P) {
+    buf_free(&P->status);
+    buf_free(&P->line_index);
+    buf_free(&P->line_start);
+    buf_free(&P->line_end);
+    text_column_free(&P->qid);
+    list_column_free(&P->retrieved);
+    list_column_free(&P->relevant);
+    map_column_free(&P->scores);
+    if (P->segments) {
+        for (size_t i = 0; i < P->nseg; i++) text_column_free(&P->segments[i]);
+    }
+    free(P->segments);
+    free(P->seg);
+    free(P->seg_head);
+    free(P->seg_shadowed);
+    free(P->seen);
+    free(P->seg_match);
+    free(P->head_object);
+    free(P->seg_valid);
+    free(P->seg_mark);
+    buf_free(&P->key_scratch);
+}
+
+/* Every offsets array starts with its leading 0. */
+static int parser_start(Parser *P) {
+    if (buf_i64(&P->qid.offsets, 0) < 0) return -1;
+    if (buf_i64(&P->retrieved.lists, 0) < 0 || buf_i64(&P->retrieved.offsets, 0) < 0) return -1;
+    if (buf_i64(&P->relevant.lists, 0) < 0 || buf_i64(&P->relevant.offsets, 0) < 0) return -1;
+    if (buf_i64(&P->scores.entries, 0) < 0 || buf_i64(&P->scores.key_offsets, 0) < 0) return -1;
+    for (size_t i = 0; i < P->nseg; i++) {
+        if (buf_i64(&P->segments[i].offsets, 0) < 0) return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Lexical pieces                                                                               */
+
+static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+static inline const uint8_t *skip_space(const uint8_t *p, const uint8_t *end) {
+    /* JSON's four white-space characters only: \v and \f are not JSON white space. */
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    return p;
+}
+
+static inline int name_is(const Name *name, const uint8_t *key, size_t len) {
+    return name->len == len && (len == 0 || memcmp(name->text, key, len) == 0);
+}
+
+static const uint8_t *literal(const uint8_t *p, const uint8_t *end, const char *word, size_t len) {
+    if ((size_t)(end - p) < len || memcmp(p, word, len) != 0) return NULL;
+    return p + len;
+}
+
+/* Nonzero when some byte of `w` is '"', '\\', a control character (< 0x20) or not ASCII (>= 0x80):
+ * the bytes a string scan must look at one by one. The lowest set bit marks the first such byte. */
+static inline uint64_t special_bytes(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t quote = w ^ (ones * '"');
+    uint64_t slash = w ^ (ones * '\\');
+    uint64_t found = ((quote - ones) & ~quote) | ((slash - ones) & ~slash);
+    found |= (w - ones * 0x20) & ~w;
+    return (found | w) & high;
+}
+
+static int hex4(const uint8_t *p, const uint8_t *end) {
+    if (end - p < 4) return -1;
+    int value = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t c = p[i];
+        int nibble;
+        if (c >= '0' && c <= '9')
+            nibble = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            nibble = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            nibble = c - 'A' + 10;
+        else
+            return -1;
+        value = value * 16 + nibble;
+    }
+    return value;
+}
+
+/* One escape at p (which is '\\'); the position after it, or NULL. A surrogate escape counts only
+ * as half of a high-low pair: Python would keep a lone one as a lone surrogate in the str, which no
+ * UTF-8 column can hold, so such rows are slow. */
+static const uint8_t *scan_escape(const uint8_t *p, const uint8_t *end) {
+    if (end - p < 2) return NULL;
+    switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        return p + 2;
+    case 'u': {
+        int unit = hex4(p + 2, end);
+        if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF)) return NULL;
+        if (unit < 0xD800 || unit > 0xDBFF) return p + 6;
+        if (end - p < 12 || p[6] != '\\' || p[7] != 'u') return NULL;
+        int low = hex4(p + 8, end);
+        if (low < 0xDC00 || low > 0xDFFF) return NULL;
+        return p + 12;
+    }
+    default:
+        return NULL;
+    }
+}
+
+/* One UTF-8 sequence starting at a byte >= 0x80, checked against the well-formed byte sequences of
+ * Unicode (Table 3-7), which is what Python's strict decoder accepts. */
+static const uint8_t *scan_utf8(const uint8_t *p, const uint8_t *end) {
+    uint8_t c = p[0];
+    size_t left = (size_t)(end - p);
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (left < 2 || (p[1] & 0xC0) != 0x80) return NULL;
+        return p + 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        uint8_t low = c == 0xE0 ? 0xA0 : 0x80;  /* E0 80..9F would be overlong */
+        uint8_t high = c == 0xED ? 0x9F : 0xBF; /* ED A0..BF would be a surrogate */
+        if (left < 3 || p[1] < low || p[1] > high || (p[2] & 0xC0) != 0x80) return NULL;
+        return p + 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        uint8_t low = c == 0xF0 ? 0x90 : 0x80;  /* F0 80..8F would be overlong */
+        uint8_t high = c == 0xF4 ? 0x8F : 0xBF; /* F4 90.. would pass U+10FFFF */
+        if (left < 4 || p[1] < low || p[1] > high || (p[2] & 0xC0) != 0x80 ||
+            (p[3] & 0xC0) != 0x80)
+            return NULL;
+        return p + 4;
+    }
+    return NULL;
+}
+
+/* The string whose content starts at p (just past the opening quote): returns the closing quote, or
+ * NULL when Python would refuse it or we would rather not mirror it. `escaped` is set when the
+ * content holds escapes, i.e. when its decoded bytes differ from its raw bytes. */
+static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end, int *escaped) {
+    for (;;) {
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            uint64_t special = special_bytes(w);
+            if (special) {
+#ifdef LOWEST_BYTE
+                p += LOWEST_BYTE(special);
+#endif
+                break;
+            }
+            p += 8;
+        }
+        if (p >= end) return NULL;
+        uint8_t c = *p;
+        if (c == '"') return p;
+        if (c == '\\') {
+            p = scan_escape(p, end);
+            if (!p) return NULL;
+            *escaped = 1;
+        } else if (c < 0x20) {
+            return NULL; /* Python's strict decoder refuses raw control characters */
+        } else if (c < 0x80) {
+            p++;
+        } else {
+            p = scan_utf8(p, end);
+            if (!p) return NULL;
+        }
+    }
+}
+
+static uint8_t *put_utf8(uint8_t *o, uint32_t cp) {
+    if (cp < 0x80) {
+        *o++ = (uint8_t)cp;
+    } else if (cp < 0x800) {
+        *o++ = (uint8_t)(0xC0 | (cp >> 6));
+        *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        *o++ = (uint8_t)(0xE0 | (cp >> 12));
+        *o++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+    } else {
+        *o++ = (uint8_t)(0xF0 | (cp >> 18));
+        *o++ = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+    }
+    return o;
+}
+
+/* Append the decoded content of a string that scan_string accepted (s..e, quotes excluded).
+ * Decoding never lengthens the text (\uXXXX is 6 bytes for at most 3, a pair 12 for 4). */
+static int decode_string(Buf *out, const uint8_t *s, const uint8_t *e) {
+    if (buf_reserve(out, (size_t)(e - s)) < 0) return -1;
+    uint8_t *o = out->p + out->len;
+    while (s < e) {
+        if (*s != '\\') {
+            const uint8_t *stop = memchr(s, '\\', (size_t)(e - s));
+            size_t n = (size_t)((stop ? stop : e) - s);
+            memcpy(o, s, n);
+            o += n;
+            s += n;
+            continue;
+        }
+        uint8_t c = s[1];
+        s += 2;
+        switch (c) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            uint32_t cp = (uint32_t)hex4(s, e);
+            s += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* scan_string made sure the low half follows */
+                uint32_t low = (uint32_t)hex4(s + 2, e);
+                s += 6;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            }
+            o = put_utf8(o, cp);
+            break;
+        }
+        default: *o++ = c; break; /* '"', '\\' and '/' stand for themselves */
+        }
+    }
+    out->len = (size_t)(o - out->p);
+    return 0;
+}
+
+/* Append a string's content as text: raw bytes when it has no escapes. */
+static inline int put_string(Buf *out, const uint8_t *s, const uint8_t *e, int escaped) {
+    return escaped ? decode_string(out, s, e) : buf_put(out, s, (size_t)(e - s));
+}
+
+typedef struct {
+    const uint8_t *start, *end;
+    int integer;       /* no fraction, no exponent: Python makes an int */
+    int negative_zero; /* exactly "-0": int("-0") prints as "0", so its text is not its str() */
+} Number;
+
+/* A number by RFC 8259's grammar starting at p ('-' or a digit); its end, or NULL. */
+static const uint8_t *scan_number(const uint8_t *p, const uint8_t *end, Number *n) {
+    const uint8_t *start = p;
+    int negative = 0;
+    if (p < end && *p == '-') {
+        negative = 1;
+        p++;
+    }
+    if (p >= end) return NULL;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && is_digit(*p)) p++;
+    } else {
+        return NULL;
+    }
+    size_t digits = (size_t)(p - start) - (size_t)negative;
+    n->integer = 1;
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) p++;
+        n->integer = 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !is_digit(*p)) return NULL;
+        while (p < end && is_digit(*p)) p++;
+        n->integer = 0;
+    }
+    if (n->integer && digits > MAX_INT_DIGITS) return NULL; /* Python's int() would refuse it */
+    n->start = start;
+    n->end = p;
+    n->negative_zero = n->integer && negative && digits == 1 && start[1] == '0';
+    return p;
+}
+
+static const double POWERS_OF_TEN[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                       1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                       1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The double Python's float() gives for a validated number's text. Short decimals take Clinger's
+ * exact path (an integer below 2^53 times or over an exact power of ten rounds once, correctly);
+ * the rest goes to strtod in the C locale, which rounds correctly as Python's own parser does. */
+static int number_value(const Number *n, double *out) {
+    const uint8_t *p = n->start, *e = n->end;
+    int negative = *p == '-';
+    if (negative) p++;
+    uint64_t mantissa = 0;
+    int significant = 0; /* digits from the first nonzero one; past 19 the exact path is off */
+    long exponent = 0;
+    for (; p < e && is_digit(*p); p++) {
+        if (mantissa || *p != '0') {
+            significant++;
+            if (significant <= 19) mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+        }
+    }
+    if (p < e && *p == '.') {
+        for (p++; p < e && is_digit(*p); p++) {
+            if (mantissa || *p != '0') {
+                significant++;
+                if (significant <= 19) mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+            }
+            exponent--;
+        }
+    }
+    if (p < e) { /* 'e' or 'E', then an optional sign and at least one digit */
+        p++;
+        int minus = *p == '-';
+        if (*p == '+' || *p == '-') p++;
+        long power = 0;
+        for (; p < e; p++) {
+            /* past 100000 only the sign matters: the value is 0 or far out of range */
+            if (power < 100000) power = power * 10 + (*p - '0');
+        }
+        exponent += minus ? -power : power;
+    }
+    double value;
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    int exact = significant <= 19 && mantissa <= (UINT64_C(1) << 53) && exponent >= -22 &&
+                exponent <= 22;
+#else
+    int exact = 0; /* extended-precision intermediates could round twice */
+#endif
+    if (mantissa == 0) {
+        value = negative ? -0.0 : 0.0;
+    } else if (exact) {
+        value = exponent < 0 ? (double)mantissa / POWERS_OF_TEN[-exponent]
+                             : (double)mantissa * POWERS_OF_TEN[exponent];
+        if (negative) value = -value;
+    } else {
+#ifdef HAVE_STRTOD_L
+        size_t len = (size_t)(n->end - n->start);
+        if (!c_numeric_locale || len > MAX_NUMBER_TEXT) return SLOW;
+        char text[MAX_NUMBER_TEXT + 1];
+        memcpy(text, n->start, len);
+        text[len] = '\0';
+        char *stop = NULL;
+        value = strtod_l(text, &stop, c_numeric_locale);
+        if (stop != text + len) return SLOW;
+#else
+        return SLOW;
+#endif
+    }
+    /* The int -0 is 0, so float() of it is 0.0; float("-0.0") keeps its sign. */
+    if (n->integer && value == 0.0) value = 0.0;
+    *out = value;
+    return PARSED;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Skipping values nobody asked for (still validated: an invalid line is slow wherever it breaks) */
+
+static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end, int depth);
+
+static const uint8_t *skip_container(const uint8_t *p, const uint8_t *end, int depth) {
+    /* p is at '{' or '['; depth is the container's own nesting level. */
+    if (depth > MAX_DEPTH) return NULL;
+    int object = *p == '{';
+    uint8_t close = object ? '}' : ']';
+    p = skip_space(p + 1, end);
+    if (p < end && *p == close) return p + 1;
+    for (;;) {
+        if (object) {
+            if (p >= end || *p != '"') return NULL;
+            int escaped = 0;
+            p = scan_string(p + 1, end, &escaped);
+            if (!p) return NULL;
+            p = skip_space(p + 1, end);
+            if (p >= end || *p != ':') return NULL;
+            p = skip_space(p + 1, end);
+        }
+        p = skip_value(p, end, depth);
+        if (!p) return NULL;
+        p = skip_space(p, end);
+        if (p >= end) return NULL;
+        if (*p == close) return p + 1;
+        if (*p != ',') return NULL;
+        p = skip_space(p + 1, end);
+    }
+}
+
+/* A value inside a container at nesting level `depth`. */
+static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end, int depth) {
+    if (p >= end) return NULL;
+    switch (*p) {
+    case '"': {
+        int escaped = 0;
+        p = scan_string(p + 1, end, &escaped);
+        return p ? p + 1 : NULL;
+    }
+    case '{':
+    case '[':
+        return skip_container(p, end, depth + 1);
+    case 't': return literal(p, end, "true", 4);
+    case 'f': return literal(p, end, "false", 5);
+    case 'n': return literal(p, end, "null", 4);
+    default: {
+        /* NaN and Infinity land here too and are refused: JSON has no such values */
+        Number n;
+        return (*p == '-' || is_digit(*p)) ? scan_number(p, end, &n) : NULL;
+    }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* The trace fields                                                                             */
+
+/* An ID list (retrieved_ids, relevant_ids): an array whose items are non-empty strings or integers
+ * (validate._document_id); an integer's JSON text is its str() except "-0". null is allowed only
+ * for relevant_ids, where it means "no labels"; retrieved_ids: null is an error in Python. */
+static int parse_id_list(ListColumn *col, const uint8_t **pp, const uint8_t *end, int nullable,
+                         uint8_t *valid) {
+    const uint8_t *p = *pp;
+    if (*p == 'n') {
+        if (!nullable || !(p = literal(p, end, "null", 4))) return SLOW;
+        *pp = p;
+        return PARSED;
+    }
+    if (*p != '[') return SLOW;
+    p = skip_space(p + 1, end);
+    if (p < end && *p == ']') {
+        *pp = p + 1;
+        *valid = 1;
+        return PARSED;
+    }
+    for (;;) {
+        if (p >= end) return SLOW;
+        if (*p == '"') {
+            int escaped = 0;
+            const uint8_t *close = scan_string(p + 1, end, &escaped);
+            if (!close || close == p + 1) return SLOW; /* empty ID: an error in Python */
+            if (put_string(&col->data, p + 1, close, escaped) < 0) return NO_MEMORY;
+            p = close + 1;
+        } else if (*p == '-' || is_digit(*p)) {
+            Number n;
+            const uint8_t *after = scan_number(p, end, &n);
+            if (!after || !n.integer || n.negative_zero) return SLOW;
+            if (buf_put(&col->data, p, (size_t)(after - p)) < 0) return NO_MEMORY;
+            p = after;
+        } else {
+            return SLOW;
+        }
+        col->strings++;
+        if (buf_i64(&col->offsets, (int64_t)col->data.len) < 0) return NO_MEMORY;
+        p = skip_space(p, end);
+        if (p >= end) return SLOW;
+        if (*p == ']') break;
+        if (*p != ',') return SLOW;
+        p = skip_space(p + 1, end);
+    }
+    *pp = p + 1;
+    *valid = 1;
+    return PARSED;
+}
+
+/* relevance_scores: null, or an object of non-empty keys to numbers with 0 <= float(value) <= 1000
+ * (validate._grades). Repeated keys are all emitted, in order; the consumer keeps the last, as the
+ * dict json.loads builds does. */
+static int parse_scores(MapColumn *col, const uint8_t **pp, const uint8_t *end, uint8_t *valid) {
+    const uint8_t *p = *pp;
+    if (*p == 'n') {
+        if (!(p = literal(p, end, "null", 4))) return SLOW;
+        *pp = p;
+        return PARSED;
+    }
+    if (*p != '{') return SLOW;
+    p = skip_space(p + 1, end);
+    if (p < end && *p == '}') {
+        *pp = p + 1;
+        *valid = 1;
+        return PARSED;
+    }
+    for (;;) {
+        if (p >= end || *p != '"') return SLOW;
+        int escaped = 0;
+        const uint8_t *close = scan_string(p + 1, end, &escaped);
+        if (!close || close == p + 1) return SLOW;
+        const uint8_t *key = p + 1;
+        p = skip_space(close + 1, end);
+        if (p >= end || *p != ':') return SLOW;
+        p = skip_space(p + 1, end);
+        if (p >= end || !(*p == '-' || is_digit(*p))) return SLOW; /* bool, null, text: errors */
+        Number n;
+        const uint8_t *after = scan_number(p, end, &n);
+        double grade;
+        if (!after || number_value(&n, &grade) != PARSED) return SLOW;
+        if (!(grade >= 0.0 && grade <= 1000.0)) return SLOW; /* also refuses NaN */
+        if (put_string(&col->key_data, key, close, escaped) < 0) return NO_MEMORY;
+        col->count++;
+        if (buf_i64(&col->key_offsets, (int64_t)col->key_data.len) < 0) return NO_MEMORY;
+        if (buf_put(&col->values, &grade, sizeof grade) < 0) return NO_MEMORY;
+        p = skip_space(after, end);
+        if (p >= end) return SLOW;
+        if (*p == '}') break;
+        if (*p != ',') return SLOW;
+        p = skip_space(p + 1, end);
+    }
+    *pp = p + 1;
+    *valid = 1;
+    return PARSED;
+}
+
+/* query_id (validate._query_id): null (named by its position later), a non-empty string, or an
+ * integer. */
+static int parse_query_id(TextColumn *col, const uint8_t **pp, const uint8_t *end, uint8_t *valid) {
+    const uint8_t *p = *pp;
+    if (*p == 'n') {
+        if (!(p = literal(p, end, "null", 4))) return SLOW;
+        *pp = p;
+        return PARSED;
+    }
+    if (*p == '"') {
+        int escaped = 0;
+        const uint8_t *close = scan_string(p + 1, end, &escaped);
+        if (!close || close == p + 1) return SLOW;
+        if (put_string(&col->data, p + 1, close, escaped) < 0) return NO_MEMORY;
+        *pp = close + 1;
+        *valid = 1;
+        return PARSED;
+    }
+    if (*p == '-' || is_digit(*p)) {
+        Number n;
+        const uint8_t *after = scan_number(p, end, &n);
+        if (!after || !n.integer || n.negative_zero) return SLOW;
+        if (buf_put(&col->data, p, (size_t)(after - p)) < 0) return NO_MEMORY;
+        *pp = after;
+        *valid = 1;
+        return PARSED;
+    }
+    return SLOW;
+}
+
+/* A segment field (segments.segment_value): null -> missing, a string, true/false, an integer.
+ * Floats (Python's repr), objects and arrays (json.dumps) are left to Python. The same key may
+ * serve several segment columns when a name is repeated. */
+static int parse_segment(Parser *P, const uint8_t **pp, const uint8_t *end) {
+    const uint8_t *p = *pp, *after;
+    const uint8_t *text = NULL;
+    size_t len = 0;
+    int escaped = 0;
+    if (*p == 'n') {
+        if (!(after = literal(p, end, "null", 4))) return SLOW;
+        *pp = after;
+        return PARSED;
+    }
+    if (*p == '"') {
+        const uint8_t *close = scan_string(p + 1, end, &escaped);
+        if (!close) return SLOW;
+        text = p + 1;
+        len = (size_t)(close - text);
+        after = close + 1;
+    } else if (*p == 't' || *p == 'f') {
+        after = *p == 't' ? literal(p, end, "true", 4) : literal(p, end, "false", 5);
+        if (!after) return SLOW;
+        text = p;
+        len = (size_t)(after - p);
+    } else if (*p == '-' || is_digit(*p)) {
+        Number n;
+        after = scan_number(p, end, &n);
+        if (!after || !n.integer || n.negative_zero) return SLOW;
+        text = p;
+        len = (size_t)(after - p);
+    } else {
+        return SLOW;
+    }
+    for (size_t i = 0; i < P->nseg; i++) {
+        if (!P->seg_match[i]) continue;
+        if (put_string(&P->segments[i].data, text, text + len, escaped) < 0) return NO_MEMORY;
+        P->seg_valid[i] = 1;
+    }
+    *pp = after;
+    return PARSED;
+}
+
+/* One top-level member whose key (decoded) is key[0..len) and whose value starts at *pp. */
+static int parse_member(Parser *P, const uint8_t *key, size_t len, const uint8_t **pp,
+                        const uint8_t *end) {
+    int field = -1;
+    for (int k = 0; k < FIELD_COUNT; k++) {
+        if (name_is(&P->fields[k], key, len)) {
+            field = k;
+            break;
+        }
+    }
+    /* A repeated key that matters is slow: json.loads keeps the last, which we do not track. */
+    if (field >= 0) {
+        if (P->seen[field]) return SLOW;
+        P->seen[field] = 1;
+    }
+    int segment = 0;
+    for (size_t i = 0; i < P->nseg; i++) {
+        P->seg_match[i] = 0;
+        if (name_is(&P->seg[i], key, len)) {
+            uint8_t *seen = &P->seen[FIELD_COUNT + i];
+            if (*seen) return SLOW;
+            *seen = 1;
+            if (!P->seg_shadowed[i]) {
+                P->seg_match[i] = 1;
+                segment = 1;
+            }
+        }
+        if (P->seg_head[i] >= 0 && (size_t)P->seg_head[i] == len &&
+            memcmp(P->seg[i].text, key, len) == 0) {
+            uint8_t *seen = &P->seen[FIELD_COUNT + P->nseg + i];
+            if (*seen) return SLOW;
+            *seen = 1;
+            P->head_object[i] = **pp == '{';
+        }
+    }
+    switch (field) {
+    case QUERY_ID: return parse_query_id(&P->qid, pp, end, &P->qid_valid);
+    case RETRIEVED: {
+        uint8_t unused = 0;
+        return parse_id_list(&P->retrieved, pp, end, 0, &unused);
+    }
+    case RELEVANT: return parse_id_list(&P->relevant, pp, end, 1, &P->rel_valid);
+    case SCORES: return parse_scores(&P->scores, pp, end, &P->scores_valid);
+    default: break;
+    }
+    if (segment) return parse_segment(P, pp, end);
+    const uint8_t *after = skip_value(*pp, end, 1);
+    if (!after) return SLOW;
+    *pp = after;
+    return PARSED;
+}
+
+/* One non-blank line, p..end (without its "\n"). */
+static int parse_record(Parser *P, const uint8_t *p, const uint8_t *end) {
+    if (!P->fields_distinct) return SLOW;
+    memset(P->seen, 0, FIELD_COUNT + 2 * P->nseg);
+    if (P->nseg) {
+        memset(P->head_object, 0, P->nseg);
+        memset(P->seg_valid, 0, P->nseg);
+    }
+    P->qid_valid = P->rel_valid = P->scores_valid = 0;
+
+    p = skip_space(p, end);
+    if (p >= end || *p != '{') return SLOW; /* arrays, scalars: "expected an object" in Python */
+    p = skip_space(p + 1, end);
+    if (p < end && *p == '}') {
+        p++;
+    } else {
+        for (;;) {
+            if (p >= end || *p != '"') return SLOW;
+            int escaped = 0;
+            const uint8_t *close = scan_string(p + 1, end, &escaped);
+            if (!close) return SLOW;
+            const uint8_t *key = p + 1;
+            size_t len = (size_t)(close - key);
+            if (escaped) { /* keys compare by their decoded text */
+                P->key_scratch.len = 0;
+                if (decode_string(&P->key_scratch, key, close) < 0) return NO_MEMORY;
+                key = P->key_scratch.p;
+                len = P->key_scratch.len;
+            }
+            p = skip_space(close + 1, end);
+            if (p >= end || *p != ':') return SLOW;
+            p = skip_space(p + 1, end);
+            if (p >= end) return SLOW;
+            int rc = parse_member(P, key, len, &p, end);
+            if (rc != PARSED) return rc;
+            p = skip_space(p, end);
+            if (p >= end) return SLOW;
+            if (*p == '}') {
+                p++;
+                break;
+            }
+            if (*p != ',') return SLOW;
+            p = skip_space(p + 1, end);
+        }
+    }
+    if (skip_space(p, end) != end) return SLOW; /* "Extra data" in Python */
+    /* Without retrieved_ids Python looks inside "input" or reports the missing field. */
+    if (!P->seen[RETRIEVED]) return SLOW;
+    /* A dotted segment name that is not a key of its own is looked up inside the object its head
+     * names; that lookup is Python's business. */
+    for (size_t i = 0; i < P->nseg; i++) {
+        int own_key = P->seen[FIELD_COUNT + i] && !P->seg_shadowed[i];
+        if (!own_key && P->head_object[i]) return SLOW;
+    }
+    return PARSED;
+}
+
+static void mark(const Parser *P, Mark *m) {
+    m->qid_data = P->qid.data.len;
+    m->retrieved_strings = P->retrieved.strings;
+    m->retrieved_data = P->retrieved.data.len;
+    m->relevant_strings = P->relevant.strings;
+    m->relevant_data = P->relevant.data.len;
+    m->scores_count = P->scores.count;
+    m->scores_key_data = P->scores.key_data.len;
+    for (size_t i = 0; i < P->nseg; i++) P->seg_mark[i] = P->segments[i].data.len;
+}
+
+static void roll_back(Parser *P, const Mark *m) {
+    P->qid.data.len = m->qid_data;
+    P->retrieved.strings = m->retrieved_strings;
+    P->retrieved.offsets.len = (m->retrieved_strings + 1) * sizeof(int64_t);
+    P->retrieved.data.len = m->retrieved_data;
+    P->relevant.strings = m->relevant_strings;
+    P->relevant.offsets.len = (m->relevant_strings + 1) * sizeof(int64_t);
+    P->relevant.data.len = m->relevant_data;
+    P->scores.count = m->scores_count;
+    P->scores.key_offsets.len = (m->scores_count + 1) * sizeof(int64_t);
+    P->scores.values.len = m->scores_count * sizeof(double);
+    P->scores.key_data.len = m->scores_key_data;
+    for (size_t i = 0; i < P->nseg; i++) {
+        P->segments[i].data.len = P->seg_mark[i];
+        P->seg_valid[i] = 0;
+    }
+    P->qid_valid = P->rel_valid = P->scores_valid = 0;
+}
+
+/* Close the row: one entry in every column, whatever became of the line. */
+static int commit_row(Parser *P, uint8_t status, size_t line, size_t start, size_t stop) {
+    int failed = buf_u8(&P->status, status) | buf_i64(&P->line_index, (int64_t)line) |
+                 buf_i64(&P->line_start, (int64_t)start) | buf_i64(&P->line_end, (int64_t)stop);
+    failed |= buf_u8(&P->qid.valid, P->qid_valid) |
+              buf_i64(&P->qid.offsets, (int64_t)P->qid.data.len);
+    failed |= buf_i64(&P->retrieved.lists, (int64_t)P->retrieved.strings);
+    failed |= buf_u8(&P->relevant.valid, P->rel_valid) |
+              buf_i64(&P->relevant.lists, (int64_t)P->relevant.strings);
+    failed |= buf_u8(&P->scores.valid, P->scores_valid) |
+              buf_i64(&P->scores.entries, (int64_t)P->scores.count);
+    for (size_t i = 0; i < P->nseg; i++) {
+        TextColumn *c = &P->segments[i];
+        failed |= buf_u8(&c->valid, P->seg_valid[i]) | buf_i64(&c->offsets, (int64_t)c->data.len);
+    }
+    P->rows++;
+    return failed ? -1 : 0;
+}
+
+static inline int is_blank(const uint8_t *p, const uint8_t *end) {
+    /* what bytes.strip() removes (the line's own "\n" is already cut off) */
+    for (; p < end; p++) {
+        uint8_t c = *p;
+        if (!(c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == 0x0B || c == 0x0C)) return 0;
+    }
+    return 1;
+}
+
+/* All lines of data[0..size). Returns 0, or -1 when memory ran out. */
+static int parse_all(Parser *P, const uint8_t *data, size_t size) {
+    const uint8_t *p = data, *end = data + size;
+    size_t line = 0;
+    while (p < end) {
+        const uint8_t *newline = memchr(p, '\n', (size_t)(end - p));
+        const uint8_t *stop = newline ? newline : end;
+        if (!is_blank(p, stop)) {
+            Mark m;
+            mark(P, &m);
+            int rc = parse_record(P, p, stop);
+            if (rc == NO_MEMORY) return -1;
+            if (rc != PARSED) roll_back(P, &m);
+            if (commit_row(P, rc == PARSED ? 0 : 1, line, (size_t)(p - data),
+                           (size_t)(stop - data)) < 0)
+                return -1;
+        }
+        line++;
+        p = newline ? newline + 1 : end;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Python interface                                                                             */
+
+static int name_from(PyObject *item, Name *name, const char *what) {
+    if (!PyUnicode_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    Py_ssize_t len;
+    const char *text = PyUnicode_AsUTF8AndSize(item, &len);
+    if (!text) return -1;
+    name->text = text; /* owned by the str, which the argument tuple keeps alive for the call */
+    name->len = (size_t)len;
+    return 0;
+}
+
+/* The output arrays leave C as Block objects: read-only buffers over the malloc'd memory itself.
+ * Copying each array into a bytes object would touch every output page a second time, and on big
+ * chunks those page faults cost more than the parsing. numpy.frombuffer and pyarrow.py_buffer take
+ * a Block like any bytes-like object and keep it alive while they use it. */
+typedef struct {
+    PyObject_HEAD
+    uint8_t *p;
+    Py_ssize_t len;
+} Block;
+
+static void block_dealloc(Block *self) {
+    free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int block_getbuffer(Block *self, Py_buffer *view, int flags) {
+    static uint8_t empty; /* an empty Block has no storage; the buffer protocol wants a pointer */
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : &empty, self->len, 1,
+                             flags);
+}
+
+static Py_ssize_t block_length(Block *self) { return self->len; }
+
+static PyBufferProcs block_as_buffer = {(getbufferproc)block_getbuffer, NULL};
+static PySequenceMethods block_as_sequence = {.sq_length = (lenfunc)block_length};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rankgate._jsonl.Block",
+    .tp_doc = PyDoc_STR("A read-only array made by parse; use it through the buffer protocol."),
+    .tp_basicsize = sizeof(Block),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)block_dealloc,
+    .tp_as_buffer = &block_as_buffer,
+    .tp_as_sequence = &block_as_sequence,
+};
+
+/* Move a buffer's memory into a new Block (the Buf is left empty either way). */
+static PyObject *block_from(Buf *b) {
+    Block *block = PyObject_New(Block, &BlockType);
+    if (!block) {
+        buf_free(b);
+        return NULL;
+    }
+    if (b->len && b->len < b->cap) { /* give back spare capacity; keep the block if that fails */
+        uint8_t *fitted = realloc(b->p, b->len);
+        if (fitted) b->p = fitted;
+    }
+    block->p = b->len ? b->p : NULL;
+    block->len = (Py_ssize_t)b->len;
+    if (!b->len) free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)block;
+}
+
+static int set_block(PyObject *dict, const char *key, Buf *b) {
+    PyObject *value = block_from(b);
+    if (!value) return -1;
+    int rc = PyDict_SetItemString(dict, key, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+static PyObject *build_result(Parser *P) {
+    PyObject *out = PyDict_New();
+    if (!out) return NULL;
+    PyObject *rows = PyLong_FromSize_t(P->rows);
+    if (!rows || PyDict_SetItemString(out, "rows", rows) < 0) {
+        Py_XDECREF(rows);
+        goto fail;
+    }
+    Py_DECREF(rows);
+    struct {
+        const char *key;
+        Buf *buf;
+    } parts[] = {
+        {"status", &P->status},
+        {"line_index", &P->line_index},
+        {"line_start", &P->line_start},
+        {"line_end", &P->line_end},
+        {"query_id_valid", &P->qid.valid},
+        {"query_id_offsets", &P->qid.offsets},
+        {"query_id_data", &P->qid.data},
+        {"retrieved_lists", &P->retrieved.lists},
+        {"retrieved_offsets", &P->retrieved.offsets},
+        {"retrieved_data", &P->retrieved.data},
+        {"relevant_valid", &P->relevant.valid},
+        {"relevant_lists", &P->relevant.lists},
+        {"relevant_offsets", &P->relevant.offsets},
+        {"relevant_data", &P->relevant.data},
+        {"scores_valid", &P->scores.valid},
+        {"scores_entries", &P->scores.entries},
+        {"scores_key_offsets", &P->scores.key_offsets},
+        {"scores_key_data", &P->scores.key_data},
+        {"scores_values", &P->scores.values},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (set_block(out, parts[i].key, parts[i].buf) < 0) goto fail;
+    }
+    PyObject *segments = PyTuple_New((Py_ssize_t)P->nseg);
+    if (!segments) goto fail;
+    if (PyDict_SetItemString(out, "segments", segments) < 0) {
+        Py_DECREF(segments);
+        goto fail;
+    }
+    Py_DECREF(segments); /* the dict holds it; filled in place below, before anyone sees it */
+    for (size_t i = 0; i < P->nseg; i++) {
+        TextColumn *c = &P->segments[i];
+        PyObject *item = PyTuple_New(3);
+        if (!item) goto fail;
+        PyTuple_SET_ITEM(segments, (Py_ssize_t)i, item);
+        Buf *bufs[3] = {&c->valid, &c->offsets, &c->data};
+        for (Py_ssize_t j = 0; j < 3; j++) {
+            PyObject *b = block_from(bufs[j]);
+            if (!b) goto fail;
+            PyTuple_SET_ITEM(item, j, b);
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *parse(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *data_obj, *fields_obj, *segments_obj;
+    if (!PyArg_ParseTuple(args, "OO!O!:parse", &data_obj, &PyTuple_Type, &fields_obj,
+                          &PyTuple_Type, &segments_obj))
+        return NULL;
+    if (PyTuple_GET_SIZE(fields_obj) != FIELD_COUNT) {
+        PyErr_SetString(PyExc_ValueError, "fields must hold 4 names");
+        return NULL;
+    }
+
+    Parser P;
+    memset(&P, 0, sizeof P);
+    PyObject *result = NULL;
+    Py_buffer view;
+    int have_view = 0;
+
+    for (int k = 0; k < FIELD_COUNT; k++) {
+        if (name_from(PyTuple_GET_ITEM(fields_obj, k), &P.fields[k], "field name") < 0) goto done;
+    }
+    P.fields_distinct = 1;
+    for (int a = 0; a < FIELD_COUNT; a++) {
+        for (int b = a + 1; b < FIELD_COUNT; b++) {
+            if (name_is(&P.fields[a], (const uint8_t *)P.fields[b].text, P.fields[b].len))
+                P.fields_distinct = 0;
+        }
+    }
+    P.nseg = (size_t)PyTuple_GET_SIZE(segments_obj);
+    size_t slots = P.nseg ? P.nseg : 1; /* never malloc(0): its NULL would look like a failure */
+    P.seg = calloc(slots, sizeof(Name));
+    P.seg_head = calloc(slots, sizeof(Py_ssize_t));
+    P.seg_shadowed = calloc(slots, 1);
+    P.seen = calloc(FIELD_COUNT + 2 * slots, 1);
+    P.seg_match = calloc(slots, 1);
+    P.head_object = calloc(slots, 1);
+    P.seg_valid = calloc(slots, 1);
+    P.seg_mark = calloc(slots, sizeof(size_t));
+    P.segments = calloc(slots, sizeof(TextColumn));
+    if (!P.seg || !P.seg_head || !P.seg_shadowed || !P.seen || !P.seg_match || !P.head_object ||
+        !P.seg_valid || !P.seg_mark || !P.segments) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < P.nseg; i++) {
+        Name *name = &P.seg[i];
+        if (name_from(PyTuple_GET_ITEM(segments_obj, (Py_ssize_t)i), name, "segment field") < 0)
+            goto done;
+        const char *dot = name->len ? memchr(name->text, '.', name->len) : NULL;
+        P.seg_head[i] = dot ? (Py_ssize_t)(dot - name->text) : -1;
+        for (int k = 0; k < FIELD_COUNT; k++) {
+            if (name_is(&P.fields[k], (const uint8_t *)name->text, name->len))
+                P.seg_shadowed[i] = 1;
+        }
+    }
+    if (parser_start(&P) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyObject_GetBuffer(data_obj, &view, PyBUF_SIMPLE) < 0) goto done;
+    have_view = 1;
+
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = parse_all(&P, (const uint8_t *)view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = build_result(&P);
+done:
+    if (have_view) PyBuffer_Release(&view);
+    parser_free(&P);
+    return result;
+}
+
+PyDoc_STRVAR(parse_doc,
+             "parse(data, fields, segment_fields) -> dict\n\n"
+             "Trace columns, in Arrow layout, from the JSON Lines in a bytes-like object.\n"
+             "See rankgate/_jsonl.pyi for the arguments and the keys of the result.");
+
+static PyMethodDef methods[] = {
+    {"parse", parse, METH_VARARGS, parse_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rankgate._jsonl", NULL, -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__jsonl(void) {
+#ifdef HAVE_STRTOD_L
+    if (!c_numeric_locale) c_numeric_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    /* left at 0 on failure: number_value then sends hard numbers to Python */
+#endif
+    if (PyType_Ready(&BlockType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&BlockType);
+    if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0) {
+        Py_DECREF(&BlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
