@@ -409,6 +409,7 @@ class _Accumulator:
             m: [] for m in self.computed
         }
         self.builder = BatchBuilder()
+        self.scratch = fast.Scratch()  # the join's output arrays, reused chunk after chunk
         self.worst = worst
         # On the columnar path rankings are not held: the worst queries are chosen from the final
         # values and their records read back. Each block: first query index, loader, rows.
@@ -500,6 +501,7 @@ class _Accumulator:
                 threshold=self.settings.relevance_threshold,
                 skip_no_relevant=self.settings.empty_relevant == "skip",
                 unique_map_keys=chunk.unique_map_keys,
+                scratch=self.scratch,
             )
             for_validator = joined.status == fast.ROW_FOR_VALIDATOR
             if not for_validator.any():
