@@ -52,10 +52,12 @@ typecheck: $(DEV)
 
 ## bench: seeded synthetic traces (QUERIES x 100 retrieved, graded labels) as JSON Lines and
 ## Parquet, scored by rankgate, ranx and pytrec_eval in one run; prints wall time, peak memory and
-## ratios, and rankgate against a bare pyarrow read of the same file (QUERIES=20000 for a quick look)
+## ratios, and rankgate against a bare pyarrow read of the same file (QUERIES=20000 for a quick look);
+## then the start-up cost of `rankgate eval` on 10 traces
 bench: $(DEV)
 	@mkdir -p build
 	$(BIN)/python bench/throughput.py --queries $(QUERIES)
+	$(BIN)/python bench/startup.py
 
 ## bench-store: fill a SQLite store with 1M synthetic traces and time `rankgate eval` on it
 ## (STORE=postgresql://... for PostgreSQL; QUERIES=N for another size)

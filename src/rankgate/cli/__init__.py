@@ -24,6 +24,29 @@ from rankgate.errors import RankgateError
 
 __all__ = ["main"]
 
+# glibc's mallopt parameter for the size from which allocations get their own mmap.
+_M_MMAP_THRESHOLD = -3
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc reuse freed blocks of any size instead of unmapping them.
+
+    The columnar readers allocate tens of megabytes per chunk and free them a moment later. Above
+    glibc's mmap threshold (32 MB at most, by default) every such block is a fresh mapping that the
+    kernel zeroes page by page: on a million JSON lines that was 40% of the run (6.0 s against 3.6 s
+    with the threshold raised), for 0.3 GB more peak memory. The command owns its process, so it
+    sets this for itself; the library never does. Elsewhere than glibc this does nothing.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = getattr(libc, "mallopt", None)
+        if mallopt is not None and hasattr(libc, "gnu_get_libc_version"):
+            mallopt(_M_MMAP_THRESHOLD, 1 << 30)
+    except OSError:
+        pass
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -41,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _keep_freed_memory()
     # Trace IDs may hold lone surrogates (JSON allows "\ud800"): print them escaped, not crash.
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
