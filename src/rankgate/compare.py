@@ -43,6 +43,7 @@ from rankgate.stats import (
     bca_interval,
     cohens_dz,
     derived_seed,
+    exact_sum,
     paired_t_test,
     sign_flip_test,
 )
@@ -788,8 +789,8 @@ def _cell(
 ) -> Cell:
     deltas = after - before
     deltas[np.abs(deltas) <= TIE_TOLERANCE] = 0.0
-    baseline_mean = math.fsum(before.tolist()) / len(before)
-    candidate_mean = math.fsum(after.tolist()) / len(after)
+    baseline_mean = exact_sum(before) / len(before)
+    candidate_mean = exact_sum(after) / len(after)
     delta = candidate_mean - baseline_mean
     group = "" if key is None else str(key)
     if significance.test == "t":

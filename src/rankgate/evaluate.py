@@ -328,6 +328,13 @@ def evaluate(
         accumulator.record_blocks = []
         for chunk in columnar:
             accumulator.take_chunk(chunk)
+            if chunk.first_ordinal == 1 and source.total:
+                # Units are rows (tables) or bytes (JSON Lines): scale the first chunk up. Past
+                # the total, the bytes were decompressed ones: the compressed count will do.
+                through = chunk.through if 0 < chunk.through <= source.total else chunk.done
+                if through:
+                    rows = chunk.table.num_rows
+                    accumulator.expect(int(rows * (source.total - through) / through * 1.05))
             if progress is not None:
                 progress(accumulator.read, chunk.done, source.total)
     else:
@@ -378,6 +385,40 @@ def _attribute_names(rows: Iterable[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(name for row in rows for name in row))
 
 
+class _Column:
+    """Per-query numbers (one metric's values, or row numbers), appended block by block into one
+    growing array.
+
+    Blocks joined at the end would need the blocks and the joined copy at once (twice the values'
+    memory, about 1 GB at ten million queries and six metrics), and freed small blocks rarely go
+    back to the system. ``reserve`` sizes the array once the input's length can be estimated.
+    """
+
+    def __init__(self, dtype: Any = np.float64) -> None:
+        self._data: npt.NDArray[Any] = np.empty(1024, dtype=dtype)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def reserve(self, capacity: int) -> None:
+        if capacity > len(self._data):
+            grown = np.empty(capacity, dtype=self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+
+    def extend(self, values: npt.NDArray[Any]) -> None:
+        needed = self._size + len(values)
+        if needed > len(self._data):
+            self.reserve(max(needed, len(self._data) * 5 // 4))
+        self._data[self._size : needed] = values
+        self._size = needed
+
+    def values(self) -> npt.NDArray[Any]:
+        # A view: a reserve that was generous costs memory, never a copy of the values.
+        return self._data[: self._size]
+
+
 class _Accumulator:
     """Running state of one evaluation: counts, the open batch, and finished per-query values."""
 
@@ -405,9 +446,8 @@ class _Accumulator:
         self.attributes = AttributeRows()
         # Per query waiting in the batch builder: scored 0 for want of a relevant label.
         self.forced_zero: list[bool] = []
-        self.values: dict[MetricSpec, list[npt.NDArray[np.float64]]] = {
-            m: [] for m in self.computed
-        }
+        self.values = {m: _Column() for m in self.computed}
+        self.row_numbers = _Column(np.int32)
         self.builder = BatchBuilder()
         self.scratch = fast.Scratch()  # the join's output arrays, reused chunk after chunk
         self.worst = worst
@@ -474,6 +514,11 @@ class _Accumulator:
             self.record_blocks.append((len(self.query_ids) - 1, None, [raw]))
         if len(self.builder) >= self.batch_limit:
             self.flush()
+
+    def expect(self, queries: int) -> None:
+        """Size the value arrays for about this many more scored queries (an estimate)."""
+        for column in [*self.values.values(), self.row_numbers]:
+            column.reserve(len(self.query_ids) + queries)
 
     def take_chunk(self, chunk: Chunk) -> None:
         """Take a block of records read as columns: the compiled join and kernels score the rows it
@@ -587,14 +632,21 @@ class _Accumulator:
         for name, texts in segment_texts.items():
             self.segment_columns[name].extend(texts)
         for spec, column in values.items():
-            self.values[spec].append(column.copy())
-        rows = rows.astype(np.int32)  # kept per scored query until the end: 4 bytes each
+            self.values[spec].extend(column)
+        # Each scored query's row in its chunk, kept until the end (4 bytes each) in one array:
+        # small arrays kept per chunk would pin freed chunk memory and fragment the heap.
+        start = len(self.row_numbers)
+        self.row_numbers.extend(rows)
+        span = (start, len(self.row_numbers))
         if self.record_blocks is not None:
-            self.record_blocks.append((len(self.query_ids) - len(rows), chunk.later, rows))
-        fields, load = self.settings.fields, chunk.later(rows)
+            self.record_blocks.append((len(self.query_ids) - len(rows), chunk.later, span))
+        fields, later, numbers = self.settings.fields, chunk.later, self.row_numbers
         self.attributes.extend_later(
             len(rows),
-            lambda: [scalar_fields(validate_record(raw, fields).attributes) for raw in load()],
+            lambda: [
+                scalar_fields(validate_record(raw, fields).attributes)
+                for raw in later(numbers.values()[span[0] : span[1]])()
+            ],
         )
 
     def _records_of(
@@ -610,6 +662,8 @@ class _Accumulator:
         for block, members in wanted.items():
             start, later, rows = self.record_blocks[block]
             offsets = np.array(members, dtype=np.int64) - start
+            if later is not None:
+                rows = self.row_numbers.values()[rows[0] : rows[1]]
             # A block without a loader holds records that went through the validator on the way in.
             raws = [rows[i] for i in offsets.tolist()] if later is None else later(rows[offsets])()
             for index, raw in zip(members, raws, strict=True):
@@ -654,7 +708,7 @@ class _Accumulator:
             # Under empty_relevant="zero" a query with nothing relevant scores 0 on every metric,
             # whatever positive grades below the threshold would otherwise contribute.
             values[zero] = 0.0
-            self.values[spec].append(values)
+            self.values[spec].extend(values)
             batch_values[spec] = values
         if self.record_blocks is None:
             self.worst.settle(batch_values)
@@ -662,10 +716,7 @@ class _Accumulator:
         self.builder = BatchBuilder()
 
     def result(self, gates: tuple[Gate, ...], policy: GatePolicy) -> Evaluation:
-        values = {
-            spec: np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
-            for spec, parts in self.values.items()
-        }
+        values = {spec: column.values() for spec, column in self.values.items()}
         if self.record_blocks is not None and self.worst.active:
             self.worst.choose_all({spec: values[spec] for spec in self.metrics}, self._records_of)
         seed, resamples = self.settings.seed, self.settings.resamples

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from rankgate.io.validate import lookup_path
 from rankgate.spec import MetricSpec
-from rankgate.stats import bootstrap_interval, derived_seed
+from rankgate.stats import bootstrap_interval, derived_seed, exact_sum
 
 __all__ = ["MISSING_VALUE", "Group", "GroupCounts", "SegmentKey", "segment_value", "summarise"]
 
@@ -103,8 +103,7 @@ def summarise(
     """A ``Group`` from its counts and its queries' per-query values (already selected)."""
     scored = len(next(iter(values.values()))) if values else 0
     means = {
-        spec: math.fsum(column.tolist()) / scored if scored else math.nan
-        for spec, column in values.items()
+        spec: exact_sum(column) / scored if scored else math.nan for spec, column in values.items()
     }
     intervals = {
         spec: (

@@ -21,6 +21,7 @@ References:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -38,6 +39,7 @@ __all__ = [
     "bootstrap_interval",
     "cohens_dz",
     "derived_seed",
+    "exact_sum",
     "normal_interval",
     "paired_t_test",
     "sign_flip_test",
@@ -154,6 +156,21 @@ def bca_interval(
     return (float(low), float(high))
 
 
+def exact_sum(values: Values) -> float:
+    """The sum of ``values`` correctly rounded (``math.fsum``), whatever their order of magnitude.
+
+    fsum's result does not depend on how its input is grouped, so the values are handed over as
+    Python floats a million at a time: the same sum, without a Python object per value at once
+    (320 MB for ten million).
+    """
+    step = 1 << 20
+    return math.fsum(
+        itertools.chain.from_iterable(
+            values[start : start + step].tolist() for start in range(0, len(values), step)
+        )
+    )
+
+
 def normal_interval(values: Values, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:
     """mean ± z · s / sqrt(n): the interval of a mean by the central limit theorem.
 
@@ -164,7 +181,9 @@ def normal_interval(values: Values, confidence: float = DEFAULT_CONFIDENCE) -> t
     if n < 2:
         return (math.nan, math.nan) if n == 0 else (float(values[0]), float(values[0]))
     mean = float(np.mean(values))
-    half = NormalDist().inv_cdf(0.5 + confidence / 2.0) * float(np.std(values, ddof=1)) / math.sqrt(n)
+    half = (
+        NormalDist().inv_cdf(0.5 + confidence / 2.0) * float(np.std(values, ddof=1)) / math.sqrt(n)
+    )
     return (mean - half, mean + half)
 
 

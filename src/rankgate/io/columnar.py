@@ -34,7 +34,7 @@ __all__ = ["Chunk", "chunks"]
 
 T = TypeVar("T")
 
-CHUNK_ROWS = 65_536
+CHUNK_ROWS = 32_768
 CHUNK_BYTES = 32 << 20
 SEGMENT_PREFIX = "segment:"
 
@@ -58,6 +58,10 @@ class Chunk:
     raw: Callable[[int], RawRecord]
     later: Callable[[npt.NDArray[np.int64]], Callable[[], list[RawRecord]]]
     done: int
+    # How far into the input this chunk ends, in the source's units when it can be known (rows,
+    # or bytes of an uncompressed file); ``done`` is what the reader has consumed, read-ahead
+    # included, for the progress bar.
+    through: int
 
 
 def chunks(source: Any, fields: FieldMap, segment_fields: Sequence[str]) -> Iterator[Chunk] | None:
@@ -108,7 +112,7 @@ def _arrow_chunks(
                 return lambda: source.reread(picked.astype(np.int64) + first)
 
             row += batch.num_rows
-            yield Chunk(table, slow, first + 1, True, raw, later, row)
+            yield Chunk(table, slow, first + 1, True, raw, later, row, row)
 
     return generate()
 
@@ -374,7 +378,9 @@ def _json_chunks(
             return lambda: _reread_lines(source, offset, size, first_line, first, picked)
 
         ordinal += table.num_rows
-        yield Chunk(table, parsed.slow, first + 1, False, raw, later, source.done())
+        yield Chunk(
+            table, parsed.slow, first + 1, False, raw, later, source.done(), offset + len(data)
+        )
 
 
 def _reread_lines(
