@@ -291,9 +291,22 @@ def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None
     compiled join sends rows with an empty ID there itself.)"""
     import pyarrow.compute as pc
 
-    if not len(items) or not items.null_count:
+    if len(items) and items.null_count:
+        _mark_rows_holding(lists, numpy_of(pc.is_null(items)), slow)
+
+
+def _mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
+    """Rows with a grade that is null, NaN, negative or too large go to the validator."""
+    items = scores.items
+    if not len(items):
         return
-    bad = numpy_of(pc.is_null(items))
+    values = numpy_of(items.fill_null(np.nan)).astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        _mark_rows_holding(scores, ~((values >= 0) & (values <= MAX_GRADE)), slow)
+
+
+def _mark_rows_holding(lists: Any, bad: npt.NDArray[np.bool_], slow: npt.NDArray[np.bool_]) -> None:
+    """Mark slow every row of ``lists`` (a list or map array) that holds a marked child item."""
     if not bad.any():
         return
     offsets = numpy_of(lists.offsets).astype(np.int64, copy=False)
@@ -302,24 +315,6 @@ def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None
     inside = (rows >= 0) & (rows < len(offsets) - 1)
     rows = rows[inside]
     # Only positions that a row actually covers (a sliced array's child holds others too).
-    covered = positions[inside] < offsets[rows + 1]
-    slow[rows[covered]] = True
-
-
-def _mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
-    items = scores.items
-    if not len(items):
-        return
-    values = numpy_of(items.fill_null(np.nan)).astype(np.float64, copy=False)
-    with np.errstate(invalid="ignore"):
-        bad = ~((values >= 0) & (values <= MAX_GRADE))  # NaN, null, negative, too large
-    if not bad.any():
-        return
-    offsets = numpy_of(scores.offsets).astype(np.int64, copy=False)
-    positions = np.flatnonzero(bad)
-    rows = np.searchsorted(offsets, positions, side="right") - 1
-    inside = (rows >= 0) & (rows < len(offsets) - 1)
-    rows = rows[inside]
     covered = positions[inside] < offsets[rows + 1]
     slow[rows[covered]] = True
 
