@@ -20,6 +20,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rankgate.store.backends import redact_url
+
 METRICS = "ndcg@10,precision@10,recall@100,map,mrr"
 
 
@@ -104,7 +106,7 @@ def fill_postgres(url: str, queries: int, ids: int, seed: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--queries", type=int, default=1_000_000)
     parser.add_argument("--ids", type=int, default=100)
     parser.add_argument("--seed", type=int, default=7)
@@ -124,7 +126,8 @@ def main() -> None:
         else:
             fill_postgres(args.store, args.queries, args.ids, args.seed)
         print(
-            f"filled {args.store} with {args.queries:,} traces in {time.perf_counter() - started:.1f} s"
+            f"filled {redact_url(args.store)} with {args.queries:,} traces in "
+            f"{time.perf_counter() - started:.1f} s"
         )
     if args.peer_jsonl:
         peer = Path("build/bench-store.jsonl")
@@ -137,7 +140,7 @@ def main() -> None:
         timed(f"rankgate eval {peer}", [sys.executable, "-m", "rankgate", "eval", str(peer)])
     window = ["--since", "2026-11-30", "--until", "2026-12-01"]
     timed(
-        f"rankgate eval {args.store}",
+        f"rankgate eval {redact_url(args.store)}",
         [sys.executable, "-m", "rankgate", "eval", args.store, *window],
     )
 

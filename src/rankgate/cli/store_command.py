@@ -1,6 +1,8 @@
-"""``rankgate trace import``, ``rankgate label import`` and ``rankgate store info``: fill a trace
-store from files, and see what it holds.
+"""``rankgate trace import``, ``rankgate label import``, ``rankgate store info`` and
+``rankgate store init``: fill a trace store from files, and see what it holds.
 
+Every one of them names its store the same two ways: as a positional URL (after the file, for the
+imports) or as ``--store URL``. ``traces`` and ``labels`` are aliases of ``trace`` and ``label``.
 Reading a store is ``rankgate eval URL`` / ``rankgate compare URL``; production services write with
 ``rankgate.store.TraceRecorder``.
 """
@@ -22,7 +24,18 @@ from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.errors import InputError, UsageError
 from rankgate.io import FORMATS, FieldMap, open_source, validate_record
 from rankgate.labels import LabelReading, judgments_of, read_judgments
-from rankgate.store.backends import LabelRow, TraceRow, connect, is_store_url, redact_url
+from rankgate.store.backends import (
+    LOCK_WAIT_SECONDS,
+    SCHEMA_VERSION,
+    Backend,
+    LabelRow,
+    StoreUnavailable,
+    TraceRow,
+    connect,
+    is_store_url,
+    redact_url,
+    sqlite_url_for,
+)
 from rankgate.times import parse_time
 
 __all__ = ["add_parsers"]
@@ -31,18 +44,24 @@ WRITE_BATCH = 5000
 T = TypeVar("T")
 
 
+URL_HELP = "sqlite:///FILE.db (relative) or sqlite:////abs/FILE.db, or postgresql://USER@HOST/DB"
+
+
 def add_parsers(commands: Any) -> None:
-    trace = commands.add_parser("trace", help="write traces into a trace store")
+    trace = commands.add_parser(
+        "trace", aliases=["traces"], help="write traces into a trace store", allow_abbrev=False
+    )
     trace_commands = trace.add_subparsers(title="trace commands", metavar="ACTION")
     importer = trace_commands.add_parser(
         "import",
         help="record the traces of a file into a store",
         description="Record every trace of a file (JSON Lines, JSON, Parquet, CSV) into a trace "
         "store, with the labels the records carry unless --no-labels. Importing the same record "
-        "twice stores it once.",
+        "twice stores it once, so an import cut short can simply be run again.",
+        allow_abbrev=False,
     )
     importer.add_argument("file", help="trace file (as rankgate eval reads them)")
-    _store_argument(importer)
+    _store_arguments(importer, writes=True)
     importer.add_argument(
         "--time-field",
         default="timestamp",
@@ -67,6 +86,7 @@ def add_parsers(commands: Any) -> None:
         "label",
         aliases=["labels"],
         help="store relevance labels, or make them from click logs",
+        allow_abbrev=False,
     )
     label_commands = label.add_subparsers(title="label commands", metavar="ACTION")
     clicks_command.add_parser(label_commands)
@@ -77,9 +97,10 @@ def add_parsers(commands: Any) -> None:
         "optional labeled_at and source), one query per record (relevant_ids / "
         "relevance_scores), or TREC qrels. A newer judgment of a (query, document) replaces an "
         "older one; labels apply to every trace of their query.",
+        allow_abbrev=False,
     )
     labels.add_argument("file", help="label file (JSON Lines, JSON, Parquet, CSV, *.qrels)")
-    _store_argument(labels)
+    _store_arguments(labels, writes=True)
     labels.add_argument(
         "--source",
         metavar="NAME",
@@ -88,26 +109,72 @@ def add_parsers(commands: Any) -> None:
     _common(labels)
     labels.set_defaults(handler=run_label_import)
 
-    store = commands.add_parser("store", help="create or inspect a trace store")
+    store = commands.add_parser("store", help="create or inspect a trace store", allow_abbrev=False)
     store_commands = store.add_subparsers(title="store commands", metavar="ACTION")
-    info = store_commands.add_parser("info", help="what a store holds")
-    info.add_argument("url", help="sqlite:///FILE.db or postgresql://USER@HOST/DB")
-    info.add_argument("--format", choices=("table", "json"), default="table", dest="report_format")
+    info = store_commands.add_parser("info", help="what a store holds", allow_abbrev=False)
+    _store_arguments(info, writes=False)
+    info.add_argument(
+        "--format",
+        choices=("table", "json"),
+        dest="report_format",
+        help="table (default) or json; an --output name ending in .json implies json",
+    )
+    info.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to this file")
     info.set_defaults(handler=run_info)
     init = store_commands.add_parser(
-        "init", help="create a store's tables (also done on first use)"
+        "init", help="create a store's tables (also done on first use)", allow_abbrev=False
     )
-    init.add_argument("url", help="sqlite:///FILE.db or postgresql://USER@HOST/DB")
+    _store_arguments(init, writes=True)
     init.set_defaults(handler=run_init)
 
 
-def _store_argument(parser: argparse.ArgumentParser) -> None:
+def _store_arguments(parser: argparse.ArgumentParser, *, writes: bool) -> None:
+    """The store, named either way: a positional URL or ``--store URL``."""
+    parser.add_argument("url", nargs="?", metavar="URL", help=f"the store: {URL_HELP}")
     parser.add_argument(
-        "--store",
-        required=True,
-        metavar="URL",
-        help="sqlite:///FILE.db (relative) or sqlite:////abs/FILE.db, or postgresql://USER@HOST/DB",
+        "--store", metavar="URL", help="the store, as an option (the same as the URL argument)"
     )
+    if writes:
+        parser.add_argument(
+            "--lock-timeout",
+            type=float,
+            default=LOCK_WAIT_SECONDS,
+            metavar="SECONDS",
+            help="how long to wait while another process holds the store's write lock, then "
+            f"fail with exit 2 (default: {LOCK_WAIT_SECONDS:g})",
+        )
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    """The store the command names, by its positional URL or ``--store``."""
+    given = [url for url in (args.url, args.store) if url is not None]
+    if not given:
+        raise UsageError(f"name the store: a URL argument or --store URL ({URL_HELP})")
+    if len(given) == 2 and given[0] != given[1]:
+        raise UsageError(
+            f"two stores named ({redact_url(given[0])} and --store {redact_url(given[1])}): "
+            "give one"
+        )
+    url: str = given[0]
+    if not is_store_url(url):
+        meant = sqlite_url_for(url)
+        hint = f"; for this SQLite file write {meant}" if meant else ""
+        raise UsageError(f"{redact_url(url)!r} is not a store URL: expected {URL_HELP}{hint}")
+    return url
+
+
+def _lock_timeout(args: argparse.Namespace) -> float:
+    seconds: float = args.lock_timeout
+    if not 0 < seconds < 1e6:
+        raise UsageError(f"--lock-timeout {seconds:g}: expected a number of seconds above 0")
+    return seconds
+
+
+def _connect_for_import(url: str, args: argparse.Namespace) -> Backend:
+    try:
+        return connect(url, lock_wait=_lock_timeout(args))
+    except StoreUnavailable as problem:
+        raise StoreUnavailable(f"{problem} (--lock-timeout SECONDS waits longer)") from None
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -126,18 +193,25 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _settings(args: argparse.Namespace) -> tuple[FieldMap, str]:
-    if not is_store_url(args.store):
-        raise UsageError(f"--store {args.store!r}: expected sqlite:///FILE.db or postgresql://...")
-    return fields_from(args), args.on_invalid or "fail"
+def _settings(args: argparse.Namespace) -> tuple[str, FieldMap, str]:
+    return _store_url(args), fields_from(args), args.on_invalid or "fail"
+
+
+def _cut_short(problem: StoreUnavailable, stored: int, what: str) -> StoreUnavailable:
+    """A store that stopped taking writes mid-import: say what is already in, and that running
+    the import again is safe (stored records are kept once)."""
+    done = f"{stored:,} {what} stored before that; " if stored else ""
+    return StoreUnavailable(
+        f"{problem} ({done}--lock-timeout SECONDS waits longer; running the import again is safe)"
+    )
 
 
 def run_trace_import(args: argparse.Namespace) -> int:
-    fields, on_invalid = _settings(args)
+    url, fields, on_invalid = _settings(args)
     if args.variant is not None and args.variant_field is not None:
         raise UsageError("give --variant or --variant-field, not both")
     importer = _TraceImport(args, fields, on_invalid)
-    backend = connect(args.store)
+    backend = _connect_for_import(url, args)
     traces_written = traces_known = labels_written = 0
     try:
         for chunk in _chunks(importer.rows(), WRITE_BATCH):
@@ -150,12 +224,14 @@ def run_trace_import(args: argparse.Namespace) -> int:
             traces_written += new
             traces_known += len(traces) - new
             labels_written += len(labels)
+    except StoreUnavailable as problem:
+        raise _cut_short(problem, traces_written, "traces") from None
     finally:
         backend.close()
     skipped = f", {importer.invalid:,} invalid skipped" if importer.invalid else ""
     known = f", {traces_known:,} already stored" if traces_known else ""
     write_stdout(
-        f"{redact_url(args.store)}: {importer.read:,} records read from {args.file}: "
+        f"{redact_url(url)}: {importer.read:,} records read from {args.file}: "
         f"{traces_written:,} traces stored{known}, {labels_written:,} labels{skipped}\n"
     )
     if importer.judged_empty:
@@ -235,7 +311,7 @@ def _time(value: Any, location: Any, field_name: str) -> datetime:
 
 
 def run_label_import(args: argparse.Namespace) -> int:
-    fields, on_invalid = _settings(args)
+    url, fields, on_invalid = _settings(args)
     reading = LabelReading()
     judgments = read_judgments(
         args.file,
@@ -245,8 +321,9 @@ def run_label_import(args: argparse.Namespace) -> int:
         on_invalid=on_invalid,
         reading=reading,
     )
-    backend = connect(args.store)
+    backend = _connect_for_import(url, args)
     queries: set[str] = set()
+    stored = 0
     try:
         for chunk in _chunks(judgments, WRITE_BATCH):
             backend.upsert_labels(
@@ -256,14 +333,17 @@ def run_label_import(args: argparse.Namespace) -> int:
                 ]
             )
             backend.commit()
+            stored += len(chunk)
             queries.update(j.query_id for j in chunk)
+    except StoreUnavailable as problem:
+        raise _cut_short(problem, stored, "judgments") from None
     finally:
         backend.close()
     skipped = "".join(
         f", {count:,} {reason.replace('_', ' ')}" for reason, count in reading.skipped.items()
     )
     write_stdout(
-        f"{redact_url(args.store)}: {reading.records:,} records read from {args.file}: "
+        f"{redact_url(url)}: {reading.records:,} records read from {args.file}: "
         f"{reading.judgments:,} judgments of {len(queries):,} queries stored{skipped}\n"
     )
     for example in reading.invalid_examples:
@@ -272,33 +352,42 @@ def run_label_import(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    if not is_store_url(args.url):
-        raise UsageError(f"{args.url!r}: expected sqlite:///FILE.db or postgresql://...")
-    backend = connect(args.url, read_only=True)
+    url = _store_url(args)
+    backend = connect(url, read_only=True)
     try:
         summary = backend.summary()
     finally:
         backend.close()
-    if args.report_format == "json":
-        write_stdout(json.dumps(summary, default=str, indent=2) + "\n")
+    report_format = args.report_format or (
+        "json" if args.output is not None and args.output.suffix.lower() == ".json" else "table"
+    )
+    if report_format == "json":
+        text = json.dumps(summary, default=str, indent=2) + "\n"
+    else:
+        variants = ", ".join(
+            f"{name or '(none)'} {count:,}" for name, count in summary["variants"].items()
+        )
+        text = (
+            f"{redact_url(url)} (schema version {summary['schema_version']})\n"
+            f"traces: {summary['traces']:,}, recorded {summary['first']} to {summary['last']}\n"
+            f"variants: {variants or 'none'}\n"
+            f"labels: {summary['labels']:,} judgments of {summary['labeled_queries']:,} queries\n"
+        )
+    if args.output is None:
+        write_stdout(text)
         return EXIT_OK
-    variants = ", ".join(
-        f"{name or '(none)'} {count:,}" for name, count in summary["variants"].items()
-    )
-    write_stdout(
-        f"{redact_url(args.url)} (schema version {summary['schema_version']})\n"
-        f"traces: {summary['traces']:,}, recorded {summary['first']} to {summary['last']}\n"
-        f"variants: {variants or 'none'}\n"
-        f"labels: {summary['labels']:,} judgments of {summary['labeled_queries']:,} queries\n"
-    )
+    try:
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as problem:
+        raise UsageError(f"--output {args.output}: cannot write ({problem.strerror})") from None
+    sys.stderr.write(f"wrote {args.output}\n")
     return EXIT_OK
 
 
 def run_init(args: argparse.Namespace) -> int:
-    if not is_store_url(args.url):
-        raise UsageError(f"{args.url!r}: expected sqlite:///FILE.db or postgresql://...")
-    connect(args.url).close()
-    write_stdout(f"{redact_url(args.url)}: ready (schema version 1)\n")
+    url = _store_url(args)
+    _connect_for_import(url, args).close()
+    write_stdout(f"{redact_url(url)}: ready (schema version {SCHEMA_VERSION})\n")
     return EXIT_OK
 
 

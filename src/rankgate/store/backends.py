@@ -34,41 +34,61 @@ time order, so window queries use the index. Every value from a caller is a boun
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from rankgate.errors import InputError, UsageError
+from rankgate.store.urls import (
+    CONTROL,
+    SCHEME,
+    SCHEMES,
+    credentials_problem,
+    describe_error,
+    is_store_url,
+    redact_url,
+    sqlite_url_for,
+)
 from rankgate.times import format_time
 
 __all__ = [
+    "LOCK_WAIT_SECONDS",
     "SCHEMA_VERSION",
+    "SCHEMES",
     "Backend",
     "LabelRow",
+    "StoreError",
+    "StoreUnavailable",
     "TraceRow",
     "Window",
     "connect",
     "describe_error",
     "is_store_url",
     "redact_url",
+    "sqlite_url_for",
 ]
 
 SCHEMA_VERSION = 1
-SCHEMES = ("sqlite", "postgresql", "postgres")
 FETCH_ROWS = 5000
-# How long a SQLite writer waits for another process's write lock before giving up.
-SQLITE_BUSY_MS = 10_000
+#: How long a writer waits, by default, for a lock another process holds (SQLite's busy timeout,
+#: PostgreSQL's lock_timeout) before the write fails with ``StoreUnavailable``.
+LOCK_WAIT_SECONDS = 10.0
 
 
-def is_store_url(text: object) -> bool:
-    """True for ``sqlite:///...``, ``postgresql://...`` and ``postgres://...``."""
-    return isinstance(text, str) and text.split("://", 1)[0].lower() in SCHEMES and "://" in text
+class StoreError(UsageError):
+    """A trace store cannot be opened, read or written; the message names the store (its
+    password masked) and says why, on one line."""
+
+
+class StoreUnavailable(StoreError):
+    """The store is there but cannot take the call now: another process holds the lock past the
+    wait, the server is unreachable, or the disk is full. The same call may succeed later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +125,10 @@ class Backend:
 
     dialect = ""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, lock_wait: float) -> None:
         self.url = url
+        self.name = redact_url(url)  # the URL as given, password masked: for every message
+        self.lock_wait = lock_wait
 
     # --- what each dialect supplies ---
     def close(self) -> None:
@@ -123,6 +145,11 @@ class Backend:
         raise NotImplementedError
 
     def rollback(self) -> None:
+        raise NotImplementedError
+
+    def begin_write(self, lock_wait: float) -> None:
+        """Wait at most ``lock_wait`` seconds for locks in the writes that follow, up to the next
+        commit or rollback."""
         raise NotImplementedError
 
     def _ddl(self) -> list[str]:
@@ -157,30 +184,48 @@ class Backend:
                 f"INSERT INTO rankgate_schema (version) VALUES ({self.placeholder})",
                 (SCHEMA_VERSION,),
             )
-        elif found[0][0] > SCHEMA_VERSION:
-            raise UsageError(
-                f"{redact_url(self.url)}: store schema version {found[0][0]} is newer than this "
-                "rankgate "
-                f"understands ({SCHEMA_VERSION}); upgrade rankgate"
-            )
+        else:
+            self._schema_version(found)
         # Older versions would be migrated here, one step at a time.
         self.commit()
 
     def check_schema(self) -> None:
         """Before reading: this is a rankgate store, and not one from a newer release."""
-        try:
-            found = self._execute("SELECT version FROM rankgate_schema").fetchall()
-        except UsageError:
-            self.rollback()
-            raise UsageError(
-                f"{redact_url(self.url)}: not a rankgate trace store (no rankgate_schema or "
-                "rankgate_traces table): record traces into it first, or run rankgate store init"
-            ) from None
-        if found and found[0][0] > SCHEMA_VERSION:
-            raise UsageError(
-                f"{redact_url(self.url)}: store schema version {found[0][0]} is newer than this "
-                f"rankgate understands ({SCHEMA_VERSION}); upgrade rankgate"
+        if not all(self._has_table(name) for name in ("rankgate_schema", "rankgate_traces")):
+            raise StoreError(
+                f"{self.name}: not a rankgate trace store (no rankgate_schema or "
+                "rankgate_traces table): record traces into it first, run rankgate store init, "
+                "or read your own tables with --sql"
             )
+        found = self._execute("SELECT version FROM rankgate_schema").fetchall()
+        if found:
+            self._schema_version(found)
+
+    def _has_table(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _schema_version(self, found: list[Any]) -> int:
+        """The one schema version a store's ``rankgate_schema`` holds; anything else is refused,
+        since a later migration must know for sure which version it starts from."""
+        versions = [row[0] for row in found]
+        if len(versions) != 1:
+            shown = ", ".join(repr(version) for version in versions[:5])
+            raise StoreError(
+                f"{self.name}: rankgate_schema holds {len(versions)} versions ({shown}), "
+                "expected exactly one: the store was written by two tools or edited by hand"
+            )
+        version = versions[0]
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise StoreError(
+                f"{self.name}: rankgate_schema holds version {version!r}, expected a whole "
+                f"number from 1 to {SCHEMA_VERSION}"
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.name}: store schema version {version} is newer than this rankgate "
+                f"understands ({SCHEMA_VERSION}); upgrade rankgate"
+            )
+        return version
 
     def insert_traces(self, rows: Sequence[TraceRow]) -> int:
         """Insert traces; a trace ID already stored is left as it is (replays are harmless).
@@ -301,54 +346,108 @@ def _read_only_authorizer(action: int, *_: object) -> int:
     return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
 
 
+# SQLite's primary result codes for "try again later": the lock (BUSY, LOCKED), and a file that
+# cannot be written for now (IOERR, FULL, CANTOPEN, READONLY); the rest say the SQL or a row is bad.
+_SQLITE_LOCK_CODES = frozenset({5, 6})
+_SQLITE_UNAVAILABLE_CODES = frozenset({8, 10, 13, 14})
+
+
+def _sqlite_problem(name: str, problem: Exception, lock_wait: float, doing: str = "") -> StoreError:
+    """A driver error as a one-line ``StoreError`` naming the store; a lock or a file that cannot
+    take writes now is ``StoreUnavailable``."""
+    code = getattr(problem, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    text = describe_error(problem)
+    if primary in _SQLITE_LOCK_CODES or (primary is None and "locked" in text):
+        return StoreUnavailable(
+            f"{name}: locked by another process; gave up after waiting {lock_wait:g} s"
+        )
+    if primary in _SQLITE_UNAVAILABLE_CODES:
+        return StoreUnavailable(f"{name}: unavailable ({text})")
+    return StoreError(f"{name}: {doing}{text}")
+
+
 class SQLiteBackend(Backend):
     dialect = "sqlite"
     _arrival = "t.recorded_at, t.rowid"  # rowid: SQLite's own insertion counter
 
-    def __init__(self, url: str, path: Path, *, read_only: bool) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, path: Path, *, read_only: bool, lock_wait: float) -> None:
+        super().__init__(url, lock_wait)
         try:
             if read_only:
                 if not path.is_file():
-                    raise UsageError(f"{url}: no such store file ({path})")
+                    raise StoreError(f"{self.name}: no such store file ({path})")
                 # mode=ro: the engine itself refuses writes. as_uri() percent-encodes the path, so
                 # a '#' or '?' in a file name cannot cut the mode off.
                 uri = path.resolve().as_uri() + "?mode=ro"
                 self.connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
-                self.connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+                self._busy_timeout(lock_wait)
                 self.connection.execute("PRAGMA query_only=ON")
                 # Beyond read-only: a user's --sql may read and call functions, nothing else
                 # (no ATTACH, which would create files, no PRAGMA).
                 self.connection.set_authorizer(_read_only_authorizer)
             else:
                 if not path.parent.is_dir():
-                    raise UsageError(f"{url}: folder {path.parent} does not exist")
+                    raise StoreError(f"{self.name}: folder {path.parent} does not exist")
                 self.connection = sqlite3.connect(path, check_same_thread=False)
-                self.connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+                self._busy_timeout(lock_wait)
                 # WAL lets readers work while services write; processes may write in turn.
                 self.connection.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error as problem:
-            raise UsageError(f"{url}: cannot open as a SQLite store ({problem})") from None
+            raise _sqlite_problem(
+                self.name, problem, lock_wait, "cannot open as a SQLite store: "
+            ) from None
+        except (OSError, ValueError) as problem:  # an unreadable folder, a NUL in the path
+            raise StoreError(f"{self.name}: cannot open as a SQLite store ({problem})") from None
+
+    def _has_table(self, name: str) -> bool:
+        found = self._execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchall()
+        return bool(found)
+
+    def _busy_timeout(self, seconds: float) -> None:
+        # At least 1 ms: a busy timeout of 0 would turn the wait off altogether.
+        self.connection.execute(f"PRAGMA busy_timeout={max(int(seconds * 1000), 1)}")
 
     def close(self) -> None:
         self.connection.close()
+
+    def _problem(self, problem: Exception, doing: str = "") -> StoreError:
+        return _sqlite_problem(self.name, problem, self.lock_wait, doing)
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         try:
             return self.connection.execute(sql, params)
         except sqlite3.Error as problem:
-            raise UsageError(f"{self.url}: {problem}") from None
+            raise self._problem(problem) from None
 
     def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
         before = self.connection.total_changes
-        self.connection.executemany(sql, rows)
+        try:
+            self.connection.executemany(sql, rows)
+        except sqlite3.Error as problem:
+            raise self._problem(problem) from None
         return self.connection.total_changes - before
 
     def commit(self) -> None:
-        self.connection.commit()
+        try:
+            self.connection.commit()
+        except sqlite3.Error as problem:
+            raise self._problem(problem) from None
 
     def rollback(self) -> None:
-        self.connection.rollback()
+        try:
+            self.connection.rollback()
+        except sqlite3.Error as problem:
+            raise self._problem(problem) from None
+
+    def begin_write(self, lock_wait: float) -> None:
+        self.lock_wait = lock_wait
+        try:
+            self._busy_timeout(lock_wait)
+        except sqlite3.Error as problem:
+            raise self._problem(problem) from None
 
     def _ddl(self) -> list[str]:
         return [
@@ -390,21 +489,21 @@ class SQLiteBackend(Backend):
     def _stream(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
         try:
             cursor = self.connection.execute(sql, params)
-        except sqlite3.Error as problem:
-            raise UsageError(f"{self.url}: query failed: {problem}") from None
+        except (sqlite3.Error, OverflowError) as problem:  # OverflowError: a huge bound integer
+            raise self._problem(problem, "query failed: ") from None
         names = [column[0] for column in cursor.description or ()]
         while True:
             try:
                 rows = cursor.fetchmany(FETCH_ROWS)
-            except sqlite3.Error as problem:
-                raise UsageError(f"{self.url}: query failed: {problem}") from None
+            except (sqlite3.Error, OverflowError) as problem:
+                raise self._problem(problem, "query failed: ") from None
             if not rows:
                 return
             for values in rows:
                 yield dict(zip(names, values, strict=True))
 
     def _decode_trace(self, row: dict[str, Any]) -> dict[str, Any]:
-        where = f"{self.url}: trace {row['trace_id']!r}"
+        where = f"{self.name}: trace {row['trace_id']!r}"
         try:
             ids = json.loads(row["retrieved_ids"])
             attributes = json.loads(row["attributes"]) if row["attributes"] else {}
@@ -419,45 +518,103 @@ class PostgresBackend(Backend):
     dialect = "postgresql"
     placeholder = "%s"
 
-    def __init__(self, url: str, *, read_only: bool) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, *, read_only: bool, lock_wait: float) -> None:
+        super().__init__(url, lock_wait)
         try:
             import psycopg
         except ImportError:
-            raise UsageError(
+            raise StoreError(
                 "a PostgreSQL store needs psycopg: pip install 'rankgate[postgres]'"
             ) from None
         self._psycopg = psycopg
+        misread = credentials_problem(url)
+        if misread is not None:
+            raise StoreError(f"{self.name}: {misread}")
         try:
-            self.connection = psycopg.connect(url, connect_timeout=10)
+            self.connection = psycopg.connect(url, connect_timeout=max(2, min(10, int(lock_wait))))
         except psycopg.Error as problem:
-            raise UsageError(
-                f"{redact_url(url)}: cannot connect ({describe_error(problem)})"
+            failure = self._problem(problem)
+            raise type(failure)(
+                f"{self.name}: cannot connect ({describe_error(problem, url)})"
             ) from None
-        # Read-only sessions: the server refuses any write a custom --sql might attempt.
-        self.connection.read_only = read_only
+        except (ValueError, UnicodeError) as problem:  # an unencodable character, say
+            raise StoreError(
+                f"{self.name}: cannot connect ({describe_error(problem, url)})"
+            ) from None
         self._cursors = 0
+        try:
+            # Writers wait this long for a lock (LOCK TABLE, a concurrent insert of the same key)
+            # and then fail, instead of hanging; readers keep the server's default.
+            if not read_only:
+                self._execute(
+                    "SELECT set_config('lock_timeout', %s, false)", (_milliseconds(lock_wait),)
+                )
+                self.commit()
+            # Read-only sessions: the server refuses any write a custom --sql might attempt.
+            self.connection.read_only = read_only
+        except BaseException:
+            self.close()
+            raise
+
+    def _problem(self, problem: Exception, doing: str = "") -> StoreError:
+        """A driver error as a one-line ``StoreError``; a lock not granted in time, a lost
+        connection, a full disk or a server shutting down is ``StoreUnavailable``."""
+        text = describe_error(problem, self.url)
+        errors = self._psycopg.errors
+        if isinstance(problem, errors.LockNotAvailable):
+            return StoreUnavailable(
+                f"{self.name}: locked by another session; gave up after waiting {self.lock_wait:g} s"
+            )
+        if isinstance(problem, self._psycopg.OperationalError):
+            return StoreUnavailable(f"{self.name}: unavailable ({text})")
+        return StoreError(f"{self.name}: {doing}{text}")
 
     def close(self) -> None:
-        self.connection.close()
+        with contextlib.suppress(self._psycopg.Error):  # a broken connection closes anyway
+            self.connection.close()
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         try:
             return self.connection.execute(sql, params)
         except self._psycopg.Error as problem:
+            self._rollback_quietly()
+            raise self._problem(problem) from None
+
+    def _has_table(self, name: str) -> bool:
+        # to_regclass follows the search_path, as the queries that read the table will.
+        (found,) = self._execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+        return bool(found)
+
+    def _rollback_quietly(self) -> None:
+        with contextlib.suppress(self._psycopg.Error):  # the connection may be gone
             self.connection.rollback()
-            raise UsageError(f"{redact_url(self.url)}: {describe_error(problem)}") from None
 
     def _executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
-        with self.connection.cursor() as cursor:
-            cursor.executemany(sql, list(rows))
-            return max(cursor.rowcount, 0)
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(sql, list(rows))
+                return max(cursor.rowcount, 0)
+        except self._psycopg.Error as problem:
+            self._rollback_quietly()
+            raise self._problem(problem) from None
 
     def commit(self) -> None:
-        self.connection.commit()
+        try:
+            self.connection.commit()
+        except self._psycopg.Error as problem:
+            self._rollback_quietly()
+            raise self._problem(problem) from None
 
     def rollback(self) -> None:
-        self.connection.rollback()
+        try:
+            self.connection.rollback()
+        except self._psycopg.Error as problem:
+            raise self._problem(problem) from None
+
+    def begin_write(self, lock_wait: float) -> None:
+        # SET LOCAL: the wait applies to this transaction only, and costs no separate commit.
+        self.lock_wait = lock_wait
+        self._execute("SELECT set_config('lock_timeout', %s, true)", (_milliseconds(lock_wait),))
 
     def _ddl(self) -> list[str]:
         return [
@@ -521,13 +678,12 @@ class PostgresBackend(Backend):
                 for values in rows:
                     yield dict(zip(names, values, strict=True))
         except self._psycopg.Error as problem:
-            self.connection.rollback()
-            raise UsageError(
-                f"{redact_url(self.url)}: query failed: {describe_error(problem)}"
-            ) from None
+            self._rollback_quietly()
+            raise self._problem(problem, "query failed: ") from None
         finally:
             if not cursor.closed:
-                cursor.close()
+                with contextlib.suppress(self._psycopg.Error):
+                    cursor.close()
         # Reads end in a rollback: nothing a read-only session still managed to do (a large
         # object, say) outlives it.
         self.connection.rollback()
@@ -549,47 +705,54 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def describe_error(problem: BaseException) -> str:
-    """A driver's message, one line, with any password it quotes masked."""
-    text = str(problem).strip()
-    line = text.splitlines()[0] if text else type(problem).__name__
-    line = re.sub(r"(://[^:/@\s\"']*:)[^@\s\"']*@", r"\1***@", line)
-    return re.sub(r"(?i)(password=)[^&\s\"']*", r"\1***", line)
+def _milliseconds(seconds: float) -> str:
+    # At least 1 ms: PostgreSQL reads a lock_timeout of 0 as "wait forever".
+    return f"{max(int(seconds * 1000), 1)}ms"
 
 
-def redact_url(url: str) -> str:
-    """The URL without its password (in the user part or a ``password=`` parameter), for
-    messages; a URL too broken to take apart shows only its scheme."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return url.split("://", 1)[0] + "://***"
-    netloc = parts.netloc if password is None else parts.netloc.replace(f":{password}@", ":***@")
-    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
-    return parts._replace(netloc=netloc, query=query).geturl()
+def connect(
+    url: str,
+    *,
+    read_only: bool = False,
+    lock_wait: float = LOCK_WAIT_SECONDS,
+    require_store: bool = True,
+) -> Backend:
+    """A connection to the store at ``url``; its tables are created when writing.
 
-
-def connect(url: str, *, read_only: bool = False) -> Backend:
-    """A connection to the store at ``url``; its tables are created when writing."""
-    scheme = url.split("://", 1)[0].lower()
+    ``lock_wait`` is how long a write waits for a lock another process holds before it fails with
+    ``StoreUnavailable``. A read-only connection checks that ``url`` is a rankgate store unless
+    ``require_store`` is False (a user's own ``--sql`` may read any database). Every failure is a
+    ``StoreError`` with a one-line message naming the store, its password masked.
+    """
+    name = redact_url(url)
+    match = SCHEME.match(url)
+    scheme = match.group(1).lower() if match else ""
+    if CONTROL.search(url):
+        raise StoreError(f"{name}: a store URL cannot hold control characters")
     if scheme == "sqlite":
-        rest = url.split("://", 1)[1]
+        rest = url[len("sqlite://") :]
         if not rest.startswith("/") or rest in ("/", "/:memory:"):
-            raise UsageError(
-                f"{url}: write sqlite:///relative/path.db or sqlite:////absolute/path.db"
+            raise StoreError(
+                f"{name}: write sqlite:///relative/path.db or sqlite:////absolute/path.db"
             )
         path = Path(unquote(rest[1:]))
-        backend: Backend = SQLiteBackend(url, path, read_only=read_only)
+        backend: Backend = SQLiteBackend(url, path, read_only=read_only, lock_wait=lock_wait)
     elif scheme in ("postgresql", "postgres"):
-        backend = PostgresBackend(url, read_only=read_only)
+        backend = PostgresBackend(url, read_only=read_only, lock_wait=lock_wait)
+    elif scheme:
+        raise StoreError(
+            f"{name}: unsupported scheme {scheme!r}; stores are sqlite:///FILE.db, "
+            "postgresql://USER@HOST/DB or postgres://USER@HOST/DB"
+        )
     else:
-        raise UsageError(f"{url}: unknown store (use sqlite:///path.db or postgresql://...)")
+        raise StoreError(
+            f"{name}: not a store URL; write sqlite:///FILE.db or postgresql://USER@HOST/DB"
+        )
     try:
-        if read_only:
-            backend.check_schema()
-        else:
+        if not read_only:
             backend.ensure_schema()
+        elif require_store:
+            backend.check_schema()
     except BaseException:
         backend.close()
         raise

@@ -3,19 +3,29 @@
 ``TraceRecorder.record`` is called on the request path, so it only checks its arguments and puts a
 row on a queue; one background thread writes queued rows to the store in batches, each batch in
 one transaction. The queue is bounded: if the store falls far behind, ``record`` waits at most
-``block_seconds`` and then drops the row, counts it in ``stats.dropped`` and logs a warning, rather
-than stalling the service. ``close`` (also run at interpreter exit and by ``with``) writes
-everything still queued, so a clean shutdown loses nothing.
+``block_seconds`` and then gives the row up, rather than stalling the service. ``close`` (also run
+at interpreter exit and by ``with``) writes everything still queued, so a clean shutdown loses
+nothing.
 
-A failed write is retried with backoff; rows stay queued meanwhile. Many threads may share one
-recorder; many processes may each have their own recorder on the same store (SQLite serialises
-writers with its file lock, PostgreSQL with row locks).
+A batch the store cannot take now (another process holds SQLite's write lock or a PostgreSQL lock,
+the server is down, the disk is full) waits and is retried for at most ``retry_seconds``: the
+lock wait (SQLite's busy timeout, PostgreSQL's lock_timeout) and the retries together stay within
+that bound. Rows still unwritten then are given up.
+
+Nothing is given up silently: each row lost is counted in ``stats`` by its reason (``queue_full``,
+``refused`` by the store as malformed, ``unwritten`` because the store stayed unavailable), and
+``stats.dropped`` is their sum. The first loss of each reason is logged once, as a warning naming
+the store and the counter, so a store locked for an hour costs one log line, not one per row.
+
+Many threads may share one recorder; many processes may each have their own recorder on the same
+store (SQLite serialises writers with its file lock, PostgreSQL with row locks).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -32,6 +42,8 @@ from typing import Any
 from rankgate.store.backends import (
     Backend,
     LabelRow,
+    StoreError,
+    StoreUnavailable,
     TraceRow,
     connect,
     describe_error,
@@ -44,19 +56,30 @@ __all__ = ["RecorderStats", "TraceRecorder"]
 log = logging.getLogger("rankgate.recorder")
 
 MAX_GRADE = 1000.0
-_RETRY_SECONDS = (0.05, 0.2, 1.0, 2.0, 5.0)
+# Pauses between attempts at a store that could not take a batch; the last repeats, and the
+# recorder's retry_seconds bounds the whole.
+_RETRY_PAUSES = (0.05, 0.2, 1.0, 2.0, 5.0)
 
 
 @dataclass(slots=True)
 class RecorderStats:
-    """Counts since the recorder started: accepted, written, and dropped because the queue was full
-    (or, at close, because the store stayed unreachable)."""
+    """Counts since the recorder started.
+
+    Rows not stored are counted by why: ``queue_full`` (``record`` found no room within
+    ``block_seconds``), ``refused`` (the store rejected the row itself, e.g. text it cannot hold),
+    ``unwritten`` (the store stayed locked or unreachable past ``retry_seconds``, or still held
+    rows at ``close``). ``dropped`` is their sum. ``write_errors`` counts failed attempts,
+    including those a retry then got through.
+    """
 
     traces_queued: int = 0
     labels_queued: int = 0
     traces_written: int = 0
     labels_written: int = 0
     dropped: int = 0
+    queue_full: int = 0
+    refused: int = 0
+    unwritten: int = 0
     write_errors: int = 0
 
 
@@ -82,7 +105,13 @@ class TraceRecorder:
         batch_size: rows written per transaction at most.
         flush_interval: seconds a row may wait for its batch to fill before it is written anyway.
         max_queued: rows held in memory before ``record`` starts to wait.
-        block_seconds: how long ``record`` waits for room before dropping the row.
+        block_seconds: how long ``record`` waits for room before giving the row up.
+        retry_seconds: how long one batch may wait for a store that cannot take it now (locked
+            by another process, unreachable), lock waits and retries together, before its rows
+            are given up and counted in ``stats.unwritten``.
+
+    Raises ``StoreError`` (a ``RankgateError``) when the store cannot be opened, and
+    ``StoreUnavailable`` when it stays locked past ``retry_seconds`` while its tables are made.
     """
 
     def __init__(
@@ -93,21 +122,26 @@ class TraceRecorder:
         flush_interval: float = 0.5,
         max_queued: int = 100_000,
         block_seconds: float = 1.0,
+        retry_seconds: float = 30.0,
     ) -> None:
         if batch_size < 1 or max_queued < 1:
             raise ValueError("batch_size and max_queued must be at least 1")
+        if not retry_seconds > 0:
+            raise ValueError("retry_seconds must be more than 0")
         self.url = url
         self.batch_size = batch_size
         self.flush_interval = flush_interval
         self.block_seconds = block_seconds
+        self.retry_seconds = retry_seconds
         self.stats = RecorderStats()
+        self._logged: set[str] = set()  # the reasons of loss already logged
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=max_queued)
         self._lock = threading.Lock()  # guards stats
         # Orders puts against close(): nothing can be queued after the stop marker.
         self._gate = threading.Lock()
         self._closed = False
         # Connect now, so a wrong URL fails in the caller rather than later in the thread.
-        backend = connect(url)
+        backend = connect(url, lock_wait=retry_seconds)
         self._writer = threading.Thread(
             target=self._run, args=(backend,), name="rankgate-recorder", daemon=True
         )
@@ -197,11 +231,36 @@ class TraceRecorder:
                     raise RuntimeError("this TraceRecorder is closed")
                 self._queue.put(row, timeout=self.block_seconds)
         except queue.Full:
-            with self._lock:
-                self.stats.dropped += 1
-            log.warning("rankgate recorder queue full; a %s was dropped", type(row).__name__)
+            self._lose(
+                "queue_full",
+                1,
+                f"the queue stayed full for {self.block_seconds:g} s (the store is behind)",
+            )
             return False
         return True
+
+    @property
+    def unwritten(self) -> int:
+        """Rows queued but never stored because the store stayed unavailable (``stats.unwritten``)."""
+        return self.stats.unwritten
+
+    def _lose(self, reason: str, count: int, why: str) -> None:
+        """Count ``count`` rows given up for ``reason`` (a ``RecorderStats`` field); the first
+        loss of each reason is logged, later ones are only counted."""
+        with self._lock:
+            setattr(self.stats, reason, getattr(self.stats, reason) + count)
+            self.stats.dropped += count
+            first = reason not in self._logged
+            self._logged.add(reason)
+        if first:
+            log.warning(
+                "rankgate recorder gave up %d row(s) for %s: %s; further losses are counted in "
+                "stats.%s without another log line",
+                count,
+                redact_url(self.url),
+                why,
+                reason,
+            )
 
     # --- shutdown -----------------------------------------------------------------------------
 
@@ -217,8 +276,10 @@ class TraceRecorder:
     def close(self, timeout: float | None = 30.0) -> None:
         """Write everything queued, then stop the writer. Safe to call twice.
 
-        If the store stays unreachable past ``timeout``, what is still queued is counted in
-        ``stats.dropped`` and logged, never lost silently."""
+        If the writer has not emptied the queue within ``timeout`` (the store locked or
+        unreachable), what is still queued is counted in ``stats.unwritten`` (and ``dropped``),
+        never lost silently. A batch the writer holds at that moment is still written if the store
+        frees up within ``retry_seconds``."""
         with self._gate:
             if self._closed:
                 return
@@ -242,13 +303,7 @@ class TraceRecorder:
             elif item is not _STOP:
                 left += 1
         if left:
-            with self._lock:
-                self.stats.dropped += left
-            log.error(
-                "rankgate recorder closed with %d rows unwritten: %s did not take them in time",
-                left,
-                redact_url(self.url),
-            )
+            self._lose("unwritten", left, "closed while the store had not taken them")
 
     def __enter__(self) -> TraceRecorder:
         return self
@@ -300,62 +355,68 @@ class TraceRecorder:
                 return batch, markers, False
 
     def _write(self, batch: list[Any]) -> None:
-        """Write a batch; retry with backoff while the store is unreachable, and when it is
-        reachable but refuses the batch, find and drop only the rows it refuses."""
-        for attempt, pause in enumerate((*_RETRY_SECONDS, None)):
+        """Write a batch within ``retry_seconds``; rows the store refuses while it is available
+        are found by halving and given up alone."""
+        self._write_part(batch, time.monotonic() + self.retry_seconds)
+
+    def _write_part(self, rows: list[Any], deadline: float) -> None:
+        for attempt in itertools.count():
             try:
-                self._write_rows(batch)
+                self._write_rows(rows, deadline)
                 return
-            except _Unreachable as problem:
+            except StoreUnavailable as problem:
                 with self._lock:
                     self.stats.write_errors += 1
-                if pause is None:
-                    with self._lock:
-                        self.stats.dropped += len(batch)
-                    log.error(
-                        "rankgate recorder could not write %d rows to %s after %d attempts: %s",
-                        len(batch),
-                        redact_url(self.url),
-                        attempt + 1,
-                        describe_error(problem.__cause__ or problem),
+                self._disconnect()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._lose(
+                        "unwritten",
+                        len(rows),
+                        f"the store stayed unavailable for {self.retry_seconds:g} s ({problem})",
                     )
                     return
-                time.sleep(pause)
-
-    def _write_rows(self, rows: list[Any]) -> None:
-        """Write rows in one transaction; if the store refuses them while reachable, split them
-        until the refused rows are alone, and drop those (counted and logged)."""
-        try:
-            if self._backend is None:
-                self._backend = connect(self.url)
-            traces = [row for row in rows if isinstance(row, TraceRow)]
-            labels = [row for row in rows if isinstance(row, LabelRow)]
-            if traces:
-                self._backend.insert_traces(traces)
-            if labels:
-                self._backend.upsert_labels(labels)
-            self._backend.commit()
-        except Exception as problem:  # any driver error: the connection, or the rows?
-            self._disconnect()
-            try:
-                self._backend = connect(self.url)
-            except Exception as unreachable:
-                raise _Unreachable from unreachable
-            if len(rows) == 1:
+                pause = _RETRY_PAUSES[min(attempt, len(_RETRY_PAUSES) - 1)]
+                time.sleep(min(pause, remaining))
+            except Exception as problem:  # available, but it refused something in these rows
                 with self._lock:
                     self.stats.write_errors += 1
-                    self.stats.dropped += 1
-                log.error(
-                    "rankgate recorder dropped a %s that %s refused: %s",
-                    type(rows[0]).__name__,
-                    redact_url(self.url),
-                    describe_error(problem),
-                )
+                self._disconnect()
+                if len(rows) == 1:
+                    self._lose(
+                        "refused",
+                        1,
+                        f"it refused a {type(rows[0]).__name__} "
+                        f"({describe_error(problem, self.url)})",
+                    )
+                    return
+                middle = len(rows) // 2
+                self._write_part(rows[:middle], deadline)
+                self._write_part(rows[middle:], deadline)
                 return
-            middle = len(rows) // 2
-            self._write_rows(rows[:middle])
-            self._write_rows(rows[middle:])
-            return
+
+    def _write_rows(self, rows: list[Any], deadline: float) -> None:
+        """Write rows in one transaction, waiting for locks no later than ``deadline``. Raises
+        ``StoreUnavailable`` when the store cannot take them now, anything else when it refuses
+        them."""
+        lock_wait = max(deadline - time.monotonic(), 0.05)
+        if self._backend is None:
+            try:
+                self._backend = connect(self.url, lock_wait=lock_wait)
+            except StoreError as problem:
+                # The store, not these rows, is what fails (a schema another tool changed, say):
+                # retried within the bound, then counted unwritten, never blamed on each row.
+                if isinstance(problem, StoreUnavailable):
+                    raise
+                raise StoreUnavailable(str(problem)) from None
+        traces = [row for row in rows if isinstance(row, TraceRow)]
+        labels = [row for row in rows if isinstance(row, LabelRow)]
+        self._backend.begin_write(lock_wait)
+        if traces:
+            self._backend.insert_traces(traces)
+        if labels:
+            self._backend.upsert_labels(labels)
+        self._backend.commit()
         with self._lock:
             self.stats.traces_written += len(traces)
             self.stats.labels_written += len(labels)

@@ -8,6 +8,7 @@ and the numbers are the file's numbers.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,13 +65,25 @@ class StoreSource:
         self.sql = sql
         self.params = dict(params or {})
         if sql is not None:
-            # The window's ends are offered to the query as :since / :until (or %(since)s).
+            # The window's ends are offered to the query as :since / :until (or %(since)s); a
+            # query that does not use them would silently read everything, so it is refused.
+            used = _named_parameters(sql, postgres=_is_postgres(url))
             for key, moment in (("since", self.window.since), ("until", self.window.until)):
-                if moment is not None:
-                    self.params.setdefault(key, _bound_time(url, moment))
+                if moment is None:
+                    continue
+                if key not in used:
+                    marker = f"%({key})s" if _is_postgres(url) else f":{key}"
+                    raise UsageError(
+                        f"--{key} with --sql binds {marker}, which the query does not use: "
+                        f"filter by time in the query with {marker}, or leave --{key} out"
+                    )
+                if key in self.params:
+                    raise UsageError(f"--{key} and --param {key}=... both set {key}: give one")
+                self.params[key] = _bound_time(url, moment)
         self.fields = fields or FieldMap()
         self.stats = ReadStats()
-        self._backend = connect(url, read_only=True)
+        # A user's own query may read any database the URL opens, rankgate's tables or not.
+        self._backend = connect(url, read_only=True, require_store=sql is None)
         self.total = self._backend.count(self.window) if sql is None else None
 
     def done(self) -> int:
@@ -103,7 +116,26 @@ class StoreSource:
             self._backend.close()
 
 
+def _is_postgres(url: str) -> bool:
+    return url.lower().startswith(("postgresql://", "postgres://"))
+
+
 def _bound_time(url: str, moment: datetime) -> Any:
-    if url.lower().startswith("sqlite"):
-        return format_time(moment)
-    return moment
+    # SQLite stores times as ISO-8601 text (see backends.py); PostgreSQL binds a timestamptz.
+    return moment if _is_postgres(url) else format_time(moment)
+
+
+# What a query holds besides its words: quoted strings and identifiers, and comments, where a
+# ':since' is text rather than a parameter.
+_QUOTED_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.DOTALL)
+# SQLite's named parameters (:name, @name, $name; not PostgreSQL's ::type casts) and psycopg's
+# (%(name)s).
+_SQLITE_PARAMETER = re.compile(r"(?<![:\w])[:@$]([A-Za-z_]\w*)")
+_PSYCOPG_PARAMETER = re.compile(r"%\(([^)]+)\)[sbt]")
+
+
+def _named_parameters(sql: str, *, postgres: bool) -> set[str]:
+    """The names of the parameters a query binds, in its dialect's style."""
+    words = _QUOTED_OR_COMMENT.sub(" ", sql)
+    pattern = _PSYCOPG_PARAMETER if postgres else _SQLITE_PARAMETER
+    return {match.group(1) for match in pattern.finditer(words)}
