@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +18,11 @@ from typing import Any
 
 from rankgate.cli.options import first, load_project_config
 from rankgate.cli.terminal import EXIT_OK
-from rankgate.errors import InputError, RankgateError, UsageError
+from rankgate.errors import InputError, Location, RankgateError, UsageError
 from rankgate.io import FieldMap
 from rankgate.monitor.core import Monitor, MonitorConfig, parse_monitor_table
+from rankgate.monitor.follow import Follower
+from rankgate.monitor.http import DEFAULT_LIMITS, HttpLimits
 from rankgate.monitor.server import DEFAULT_MAX_BODY, MonitorServer, StateFile, Webhook
 from rankgate.store import StoreSource, Window, is_store_url
 from rankgate.store.backends import redact_url
@@ -67,13 +68,44 @@ def add_parser(commands: Any) -> None:
         help=f"largest request body accepted (default {DEFAULT_MAX_BODY:,})",
     )
     parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.header_timeout,
+        metavar="SECONDS",
+        help="close a connection whose request line and headers are not complete after this "
+        f"(default {DEFAULT_LIMITS.header_timeout:g})",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.body_timeout,
+        metavar="SECONDS",
+        help="answer 408 to a request whose body is not complete after this "
+        f"(default {DEFAULT_LIMITS.body_timeout:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_LIMITS.max_connections,
+        metavar="N",
+        help="open connections past which requests are answered 503 "
+        f"(default {DEFAULT_LIMITS.max_connections:,})",
+    )
+    parser.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="hand each accepted batch to the OS before answering 202 instead of waiting for the "
+        "disk: it then survives a crash of the monitor, not of the machine",
+    )
+    parser.add_argument(
         "--tick", type=float, default=5.0, metavar="SECONDS", help="how often buckets close"
     )
     parser.add_argument(
         "--follow",
         type=Path,
         metavar="FILE",
-        help="also take events from lines appended to this JSON Lines file",
+        help="also take events from lines appended to this JSON Lines file, followed by name "
+        "through rotation (like tail -F)",
     )
     parser.add_argument(
         "--poll-store",
@@ -111,8 +143,16 @@ def run(args: argparse.Namespace) -> int:
     for name, value in (("--tick", args.tick), ("--poll-every", args.poll_every)):
         if not value > 0:
             raise UsageError(f"{name} must be a number of seconds above 0")
+    for name, seconds in (
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+    ):
+        if not 0 < seconds <= 3600:
+            raise UsageError(f"{name} must be a number of seconds above 0 and at most 3600")
     if args.max_body < 1:
         raise UsageError("--max-body must be at least 1 byte")
+    if args.max_connections < 2:
+        raise UsageError("--max-connections must be at least 2")
     token = _token(args)
     config = load_project_config(args)
     settings = MonitorConfig() if config.monitor is None else parse_monitor_table(config.monitor)
@@ -129,6 +169,13 @@ def run(args: argparse.Namespace) -> int:
 
         alerts = AlertEngine(parse_rules(config.alerts))
     monitor = Monitor(settings, alerts)
+    limits = replace(
+        DEFAULT_LIMITS,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        max_connections=args.max_connections,
+    )
+    _allow_open_files(limits)
     server = MonitorServer(
         monitor,
         token=token,
@@ -138,12 +185,15 @@ def run(args: argparse.Namespace) -> int:
         state=StateFile(args.state),
         webhook=None if args.webhook is None else Webhook(args.webhook),
         tick_seconds=args.tick,
+        limits=limits,
+        journal_sync=not args.no_fsync,
     )
     host, port = server.address
     sys.stderr.write(f"rankgate monitor listening on http://{host}:{port} (state {args.state})\n")
     sys.stderr.flush()
     if args.follow is not None:
-        threading.Thread(target=_follow, args=(monitor, args.follow), daemon=True).start()
+        follower = Follower(args.follow, _line_taker(monitor, args.follow))
+        threading.Thread(target=follower.run, args=(threading.Event(),), daemon=True).start()
     if args.poll_store is not None:
         if not is_store_url(args.poll_store):
             raise UsageError(f"--poll-store {args.poll_store!r}: expected a trace store URL")
@@ -195,30 +245,37 @@ def poll_store(
             log.warning("polling %s failed: %s", redact_url(url), problem)
 
 
-def _follow(monitor: Monitor, path: Path) -> None:
-    """Take the lines appended to ``path`` from now on; a bad line is counted, never fatal."""
-    while not path.exists():
-        time.sleep(0.5)
-    with path.open("r", encoding="utf-8", errors="replace") as handle:
-        handle.seek(0, os.SEEK_END)
-        number = 0
-        pending = ""
-        while True:
-            chunk = handle.readline()
-            if not chunk:
-                time.sleep(0.2)
-                continue
-            pending += chunk
-            if not pending.endswith("\n"):
-                continue  # a line still being written
-            line, pending = pending, ""
-            number += 1
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                monitor.count_unreadable()
-                continue
-            with contextlib.suppress(InputError):  # counted as invalid by the monitor
-                monitor.ingest(record, source=f"{path}:{number}")
+def _allow_open_files(limits: HttpLimits) -> None:
+    """Raise the soft limit on open files to what the connection cap needs (within the hard
+    limit): at the usual 1,024, the cap would be reached by the kernel before the monitor."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = limits.max_connections + 64
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # not on this platform, or not allowed: the cap still answers 503 past it
+
+
+def _line_taker(monitor: Monitor, path: Path) -> Any:
+    """What the follower does with a line: a bad line is counted, never fatal."""
+
+    def take(line: bytes | None, number: int) -> None:
+        if line is None:
+            log.warning("%s:%d: line too long; skipped", path, number)
+            monitor.count_unreadable()
+            return
+        if not line.strip():
+            return
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            monitor.count_unreadable()
+            return
+        with contextlib.suppress(InputError):  # counted as invalid by the monitor
+            monitor.ingest(record, source=Location(str(path), line=number))
+
+    return take

@@ -1,50 +1,54 @@
 """``rankgate monitor`` as a service: HTTP intake, Prometheus metrics, alerts to a webhook, state that
-survives a restart.
+survives a restart and a crash.
 
 Endpoints:
 
 * ``POST /v1/events`` and ``POST /v1/labels``: JSON (one object or an array) or JSON Lines; bearer
   token required; bodies above ``max_body`` bytes are refused (413). Each record is taken on its
-  own: the reply says how many were accepted and why the others were not, with 400 when any was
-  malformed. A bad record never stops the service.
+  own: the reply says how many were accepted and why the others were not (naming the record or
+  line within the body, and the field), with 400 when any was malformed. A bad record never stops
+  the service. A 202 (or the accepted part of a 400) is on disk in the intake journal before it is
+  sent (``rankgate.monitor.journal``).
 * ``GET /metrics``: Prometheus text format, from the official client library: a histogram of
   per-query values per metric, variant and segment (so means aggregate across instances as
   ``sum/count``), counters of events by outcome, gauges of window means and alert states.
 * ``GET /healthz``: ``ok``. ``GET /``: a status page (current windows and alerts; no script).
 
-The server binds 127.0.0.1 unless told otherwise. A ticker thread closes buckets, evaluates alerts
-and saves the state (buckets, counters, alert timers) to a SQLite file after every change of
-bucket and at shutdown, so a deploy does not reset a sustained-drop timer.
+The HTTP layer is uvicorn over h11 with strict framing, deadlines and a connection cap
+(``rankgate.monitor.http`` says why and how). The server binds 127.0.0.1 unless told otherwise. A
+ticker thread closes buckets, evaluates alerts and saves the state (buckets, counters, alert
+timers, waiting traces, remembered labels) to a SQLite file whenever it has changed and at
+shutdown, so a deploy does not reset a sustained-drop timer.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import queue
-import re
 import sqlite3
 import threading
 import time
+import unicodedata
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict, is_dataclass
-from datetime import timedelta
+from dataclasses import asdict, is_dataclass, replace
 from html import escape
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rankgate.errors import InputError, UsageError
-from rankgate.monitor.core import OUTCOMES, Monitor
+from rankgate.errors import ConfigError, InputError, UsageError
+from rankgate.monitor.bounds import MAX_GROUP_VALUE_BYTES, clean_text
+from rankgate.monitor.core import OUTCOMES, Event, Monitor
+from rankgate.monitor.http import DEFAULT_LIMITS, HttpLimits, HttpServer, listen
+from rankgate.monitor.journal import Journal
+from rankgate.times import parse_time
 
-__all__ = ["MonitorServer", "StateFile", "Webhook"]
+__all__ = ["HttpLimits", "MonitorServer", "StateFile", "Webhook"]
 
 log = logging.getLogger("rankgate.monitor")
 
-DEFAULT_MAX_BODY = 10 * 1024 * 1024
+DEFAULT_MAX_BODY = DEFAULT_LIMITS.max_body
 VALUE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 _RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)
 ERRORS_SHOWN = 20
@@ -76,9 +80,15 @@ class StateFile:
         try:
             with self._connect() as connection:
                 row = connection.execute("SELECT state FROM rankgate_monitor_state").fetchone()
-            return None if row is None else dict(json.loads(row[0]))
-        except (sqlite3.Error, ValueError, TypeError) as problem:
-            raise UsageError(f"{self.path}: not a readable monitor state ({problem})") from None
+            if row is None:
+                return None
+            state = json.loads(row[0])
+        except (sqlite3.Error, ValueError, TypeError, RecursionError) as problem:
+            reason = str(problem)[:200]
+            raise UsageError(f"{self.path}: not a readable monitor state ({reason})") from None
+        if not isinstance(state, dict):
+            raise UsageError(f"{self.path}: not a readable monitor state (not a JSON object)")
+        return state
 
     def save(self, state: dict[str, Any]) -> None:
         text = json.dumps(state, separators=(",", ":"), default=str)
@@ -164,11 +174,20 @@ class _Exporter:
         self.monitor = monitor
         segment_fields = monitor.config.segment_by
 
+        # The histogram's children by labels: looking them up through ``labels()`` for every
+        # scored query costs more than scoring it. Bounded, as the label values are.
+        children: dict[tuple[str, str, str], Any] = {}
+
         def observe(variant: str, labels: Any, values: Any) -> None:
+            segments = ["all", *(f"{name}={labels.get(name)}" for name in segment_fields)]
             for metric, value in values.items():
-                self.values.labels(metric, variant, "all").observe(value)
-                for name in segment_fields:
-                    self.values.labels(metric, variant, f"{name}={labels.get(name)}").observe(value)
+                for segment in segments:
+                    key = (metric, variant, segment)
+                    child = children.get(key)
+                    if child is None:
+                        child = self.values.labels(metric, _label(variant), _label(segment))
+                        children[key] = child
+                    child.observe(value)
 
         monitor.on_score = observe
 
@@ -192,11 +211,10 @@ class _Exporter:
                     "Scored queries in a trailing window",
                     labels=["metric", "group", "window"],
                 )
-                for view in exporter.monitor.config.views:
-                    name = _duration_name(view)
+                for name, view in exporter.monitor.config.named_views:
                     for (metric, group), (count, mean) in exporter.monitor.window(view).items():
-                        means.add_metric([metric, group, name], mean)
-                        queries.add_metric([metric, group, name], count)
+                        means.add_metric([metric, _label(group), name], mean)
+                        queries.add_metric([metric, _label(group), name], count)
                 yield means
                 yield queries
                 states = GaugeMetricFamily(
@@ -207,7 +225,7 @@ class _Exporter:
                 if exporter.monitor.alerts is not None:
                     for state in exporter.monitor.alert_states():
                         level = {"pending": 1, "firing": 2}.get(getattr(state, "state", ""), 0)
-                        states.add_metric([state.rule, state.metric, state.group], level)
+                        states.add_metric([state.rule, state.metric, _label(state.group)], level)
                 yield states
 
         self.registry.register(_Live())
@@ -220,16 +238,23 @@ class _Exporter:
         return bytes(generate_latest(self.registry))
 
 
-def _duration_name(span: timedelta) -> str:
-    seconds = int(span.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+def _label(text: str) -> str:
+    """A label value that encodes whatever state it came from (intake already refuses what
+    would not; this keeps an exporter from failing on anything older)."""
+    return (
+        text
+        if text.isascii() and len(text) <= 2 * MAX_GROUP_VALUE_BYTES
+        else (clean_text(text, 2 * MAX_GROUP_VALUE_BYTES))
+    )
 
 
 class MonitorServer:
-    """The HTTP service around a ``Monitor``; ``serve_forever`` until ``shutdown``."""
+    """The HTTP service around a ``Monitor``; ``serve_forever`` until ``shutdown``.
+
+    With a ``state`` file, the state is restored at start and the intake journal beside it is
+    replayed, so what was answered 202 before a crash is kept; ``journal_sync`` says whether each
+    journal append is ``fsync``-ed before the reply (the default) or only handed to the OS.
+    """
 
     def __init__(
         self,
@@ -242,11 +267,14 @@ class MonitorServer:
         state: StateFile | None = None,
         webhook: Webhook | None = None,
         tick_seconds: float = 5.0,
+        limits: HttpLimits | None = None,
+        journal_sync: bool = True,
     ) -> None:
         if len(token) < 16:
             raise UsageError("the monitor's token must be at least 16 characters")
         self.monitor = monitor
         self.token = token
+        self.limits = replace(limits or DEFAULT_LIMITS, max_body=max_body)
         self.max_body = max_body
         self.state = state
         self.webhook = webhook
@@ -262,56 +290,162 @@ class MonitorServer:
                 previous(event)
 
         monitor.on_alert = alert
+        # Intake (journal append + monitor) and the snapshot a save takes exclude each other, so
+        # every journaled batch is either in a saved state or in a journal generation after it.
+        self._intake_lock = threading.Lock()
+        self._save_lock = threading.Lock()
+        self._saved_changes = -1
+        self.journal: Journal | None = None
         if state is not None:
-            saved = state.load()
-            if saved is not None:
-                monitor.restore(saved)
-        handler = _handler(self)
-        try:
-            self.httpd = ThreadingHTTPServer((host, port), handler)
-        except (OSError, OverflowError) as problem:
-            reason = getattr(problem, "strerror", None) or str(problem)
-            raise UsageError(f"cannot listen on {host}:{port} ({reason})") from None
-        self.httpd.daemon_threads = True
+            self._recover(state, journal_sync)
+        self.socket = listen(host, port, self.limits.backlog)
+        host_name, port_number = self.socket.getsockname()[:2]
+        self._address = (str(host_name), int(port_number))
+        self.http = HttpServer(self, self.socket, self.limits)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="rankgate-tick", daemon=True)
 
     @property
     def address(self) -> tuple[str, int]:
-        host, port = self.httpd.server_address[:2]
-        return str(host), int(port)
+        return self._address
 
     def serve_forever(self) -> None:
         self._ticker.start()
+        self.http.start()
         try:
-            self.httpd.serve_forever(poll_interval=0.2)
+            # In slices, so that a signal handler in the main thread gets its turn.
+            while not self.http.wait(0.5):
+                pass
         finally:
             self._stop.set()
             self._ticker.join(5)
             self.save()
+            if self.journal is not None:
+                self.journal.close()
 
     def shutdown(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.stop()
         if self.webhook is not None:
             self.webhook.close()
 
     def save(self) -> None:
-        if self.state is not None:
-            self.state.save(self.monitor.state())
+        """Save the state if it changed since the last save, then drop the journal it covers."""
+        if self.state is None:
+            return
+        with self._save_lock:
+            with self._intake_lock:
+                changes = self.monitor.changes
+                if changes == self._saved_changes:
+                    return
+                snapshot = self.monitor.state()
+                generation = self.journal.rotate() if self.journal is not None else 0
+            snapshot["intake_generation"] = generation
+            self.state.save(snapshot)
+            self._saved_changes = changes
+            if self.journal is not None:
+                self.journal.discard_before(generation)
+
+    def _recover(self, state: StateFile, journal_sync: bool) -> None:
+        saved = state.load()
+        since = 0
+        if saved is not None:
+            try:
+                self.monitor.restore(saved)
+                since = int(saved.get("intake_generation") or 0)
+            except (ConfigError, TypeError, ValueError) as problem:
+                raise UsageError(f"{state.path}: {problem}") from None
+        journal = Journal(state.path, sync=journal_sync)
+        for where, entry in journal.replay(since):
+            try:
+                self._apply(entry)
+            except (KeyError, TypeError, ValueError, AttributeError, UsageError) as problem:
+                reason = str(problem)[:200]
+                raise UsageError(f"{where}: not an intake journal entry ({reason})") from None
+        journal.open(max([since, *journal.generations()]) + 1)
+        self.journal = journal
+        self.save()  # the replayed batches into the state, and the old journals gone
+
+    def _apply(self, entry: dict[str, Any]) -> None:
+        """Redo one journaled batch on the state as it was before it."""
+        received_at = parse_time(entry["at"], "at")
+        if "events" in entry:
+            events = [Event.from_row(row) for row in entry["events"]]
+            self.monitor.take(events, invalid=int(entry.get("invalid", 0)), received_at=received_at)
+        for query_id, grades in entry.get("labels", []):
+            self.monitor.label(str(query_id), {str(k): float(v) for k, v in grades.items()})
+
+    # --- what the HTTP app calls (on its worker threads) -------------------------------------
+
+    def intake(self, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Take one intake body; returns the reply's status and JSON payload."""
+        received_at = self.monitor.clock()
+        try:
+            records = list(_records(body))
+        except UnicodeDecodeError as problem:
+            return 400, {"error": f"body is not UTF-8 text (byte {problem.start + 1})"}
+        errors: list[str] = []
+        events: list[Event] = []
+        labels: list[tuple[str, dict[str, float]]] = []
+        for where, record in records:
+            try:
+                if isinstance(record, InputError):
+                    raise record
+                if path == "/v1/events":
+                    events.append(
+                        self.monitor.read_event(record, source=where, received_at=received_at)
+                    )
+                else:
+                    labels.append(self.monitor.read_label(record, source=where))
+            except InputError as problem:
+                errors.append(str(problem))
+        rejected = len(errors)
+        entry: dict[str, Any] = {"at": received_at.isoformat()}
+        if path == "/v1/events":
+            entry["events"] = [event.to_row() for event in events]
+            entry["invalid"] = rejected
+        else:
+            entry["labels"] = [[query_id, grades] for query_id, grades in labels]
+        with self._intake_lock:
+            if self.journal is not None:
+                try:
+                    self.journal.append(entry)
+                except OSError as problem:
+                    log.error("cannot write the intake journal: %s", problem)
+                    message = f"could not write the intake journal ({problem.strerror}); nothing was taken, send again"
+                    return 503, {"error": message}
+            if path == "/v1/events":
+                self.monitor.take(events, invalid=rejected, received_at=received_at)
+            else:
+                for query_id, grades in labels:
+                    self.monitor.label(query_id, grades)
+        status = 400 if rejected else 202
+        return status, {
+            "accepted": len(events) + len(labels),
+            "rejected": rejected,
+            "errors": errors[:ERRORS_SHOWN],
+            "journaled": self.journal is not None,
+        }
+
+    def metrics(self) -> bytes:
+        return self.exporter.render()
+
+    def status_page(self) -> str:
+        return _status_page(self.monitor)
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.tick_seconds):
             try:
                 self.monitor.tick()
                 self.save()
+            except (OSError, sqlite3.Error) as problem:
+                log.error("saving the monitor state failed: %s", problem)
             except Exception:  # keep the service up; the log says what went wrong
                 log.exception("monitor tick failed")
 
 
-def _records(body: bytes) -> Iterator[tuple[int, Any]]:
-    """(position, record) pairs from JSON (object or array) or JSON Lines; an unreadable record
-    comes back as an ``InputError``-carrying placeholder so the rest still count."""
+def _records(body: bytes) -> Iterator[tuple[str, Any]]:
+    """(where in the body, record) pairs from JSON (object or array) or JSON Lines; an unreadable
+    record comes back as an ``InputError`` so that the rest still count."""
     text = body.decode("utf-8")
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
@@ -319,136 +453,62 @@ def _records(body: bytes) -> Iterator[tuple[int, Any]]:
             whole = json.loads(text)
         except json.JSONDecodeError as problem:
             if stripped.startswith("["):
-                yield 1, InputError("body", None, f"not valid JSON ({problem.msg})")
+                yield (
+                    "request body",
+                    InputError("request body", None, f"not valid JSON ({problem.msg})"),
+                )
                 return
             whole = None  # several objects: JSON Lines
         except (RecursionError, ValueError):
-            yield 1, InputError("body", None, "not valid JSON (nested too deeply)")
+            yield (
+                "request body",
+                InputError("request body", None, "not valid JSON (nested too deeply)"),
+            )
             return
         if isinstance(whole, list):
-            yield from enumerate(whole, start=1)
+            for number, record in enumerate(whole, start=1):
+                yield f"request body record {number}", record
             return
         if whole is not None:
-            yield 1, whole  # one object, however it is laid out
+            yield "request body record 1", whole  # one object, however it is laid out
             return
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"request body line {number}"
         try:
-            yield number, json.loads(line)
+            yield where, json.loads(line)
         except json.JSONDecodeError as problem:
-            yield number, InputError(f"line {number}", None, f"not valid JSON ({problem.msg})")
+            yield where, InputError(where, None, f"not valid JSON ({problem.msg})")
         except (RecursionError, ValueError):
-            yield number, InputError(f"line {number}", None, "not valid JSON (nested too deeply)")
+            yield where, InputError(where, None, "not valid JSON (nested too deeply)")
 
 
-def _handler(server: MonitorServer) -> type[BaseHTTPRequestHandler]:
-    monitor = server.monitor
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "rankgate-monitor"
-        # A client that stops sending (a slow or half-sent request) frees its thread after this.
-        timeout = 30
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, status: int, payload: Any) -> None:
-            self._send(status, json.dumps(payload).encode("utf-8"))
-
-        def _refuse(self, status: int, message: str) -> None:
-            """An error answered before the body was read: close the connection, so the unread
-            body is never taken for the next request."""
-            self.close_connection = True
-            self._json(status, {"error": message})
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                from prometheus_client import CONTENT_TYPE_LATEST
-
-                self._send(200, server.exporter.render(), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain; charset=utf-8")
-            elif path == "/":
-                self._send(200, _status_page(monitor).encode("utf-8"), "text/html; charset=utf-8")
-            else:
-                self._json(404, {"error": f"no such page: {path}"})
-
-        def do_POST(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path not in ("/v1/events", "/v1/labels"):
-                self._refuse(404, f"no such endpoint: {path}")
-                return
-            given = self.headers.get("Authorization", "")
-            expected = f"Bearer {server.token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                self._refuse(401, "a bearer token is required (Authorization: Bearer ...)")
-                return
-            length = self.headers.get("Content-Length", "")
-            if not re.fullmatch(r"[0-9]{1,12}", length):
-                self._refuse(411, "a Content-Length in digits is required")
-                return
-            if int(length) > server.max_body:
-                self._refuse(413, f"body larger than {server.max_body} bytes")
-                return
-            body = self.rfile.read(int(length))
-            try:
-                records = list(_records(body))
-            except UnicodeDecodeError:
-                self._json(400, {"error": "body is not UTF-8 text"})
-                return
-            accepted = 0
-            errors: list[str] = []
-            rejected = 0
-            for number, record in records:
-                try:
-                    if isinstance(record, InputError):
-                        raise record
-                    if path == "/v1/events":
-                        monitor.ingest(record, source=f"record {number}")
-                    else:
-                        monitor.ingest_label_record(record, source=f"record {number}")
-                    accepted += 1
-                except InputError as problem:
-                    rejected += 1
-                    if path == "/v1/events" and isinstance(record, InputError):
-                        monitor.count_unreadable()
-                    if len(errors) < ERRORS_SHOWN:
-                        errors.append(str(problem))
-            status = HTTPStatus.BAD_REQUEST if rejected else HTTPStatus.ACCEPTED
-            self._json(status, {"accepted": accepted, "rejected": rejected, "errors": errors})
-
-    return Handler
+def _html(text: Any) -> str:
+    """Text from traffic, fit for a page: encodable, clipped, no control characters (NUL
+    included), escaped, and isolated so that a right-to-left override cannot reorder the page."""
+    clean = clean_text(str(text), 1024)
+    visible = "".join("\ufffd" if unicodedata.category(char) == "Cc" else char for char in clean)
+    return f"<bdi>{escape(visible)}</bdi>"
 
 
 def _status_page(monitor: Monitor) -> str:
     rows = []
-    for view in monitor.config.views:
-        name = _duration_name(view)
+    for name, view in monitor.config.named_views:
         for (metric, group), (count, mean) in monitor.window(view).items():
             rows.append(
-                f"<tr><td>{escape(name)}</td><td>{escape(metric)}</td><td>{escape(group)}</td>"
+                f"<tr><td>{_html(name)}</td><td>{_html(metric)}</td><td>{_html(group)}</td>"
                 f"<td>{count:,}</td><td>{mean:.4f}</td></tr>"
             )
     alerts = []
     if monitor.alerts is not None:
         for state in monitor.alert_states():
             alerts.append(
-                f"<tr><td>{escape(str(state.rule))}</td><td>{escape(str(state.group))}</td>"
-                f"<td>{escape(str(getattr(state, 'state', '')))}</td></tr>"
+                f"<tr><td>{_html(state.rule)}</td><td>{_html(state.group)}</td>"
+                f"<td>{_html(getattr(state, 'state', ''))}</td></tr>"
             )
     counts = "".join(
-        f"<tr><td>{escape(k)}</td><td>{v:,}</td></tr>" for k, v in monitor.counts.items()
+        f"<tr><td>{_html(k)}</td><td>{v:,}</td></tr>" for k, v in monitor.counts.items()
     )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
