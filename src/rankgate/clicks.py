@@ -465,10 +465,15 @@ def _em(log: ClickLog, max_rank: int, iterations: int) -> Propensities:
     gamma = np.full(n_pairs, 0.5)
     for _ in range(iterations):
         t, g = theta[rank], gamma[pair_index]
-        unclicked = 1.0 - t * g
-        # Posterior of "examined" and of "relevant" for each unclicked impression.
-        examined = np.where(clicked, 1.0, t * (1.0 - g) / unclicked)
-        relevant = np.where(clicked, 1.0, (1.0 - t) * g / unclicked)
+        no_click = 1.0 - t * g  # P(no click) under the model
+        # Posterior of "examined" and of "relevant": 1 for a clicked impression (a click needs
+        # both), t(1-g)/P(no click) and (1-t)g/P(no click) for an unclicked one. Divide only for
+        # the unclicked: a pair clicked every time it was shown at a rank examined every time has
+        # t = g = 1, whose P(no click) of 0 belongs to no unclicked impression (one such impression
+        # pulls its pair's gamma below 1), so the clicked ones keep their exact posterior of 1.
+        unclicked = ~clicked & (no_click > 0.0)
+        examined = np.divide(t * (1.0 - g), no_click, out=np.ones_like(t), where=unclicked)
+        relevant = np.divide((1.0 - t) * g, no_click, out=np.ones_like(t), where=unclicked)
         new_theta = np.bincount(rank, examined, minlength=max_rank) / np.maximum(per_rank, 1)
         gamma = np.clip(np.bincount(pair_index, relevant, minlength=n_pairs) / per_pair, 1e-6, 1)
         new_theta = np.clip(new_theta, 1e-6, 1.0)

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.errors import ConfigError, InputError, Location, UsageError
-from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate
+from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate, require_extra
 from rankgate.gates import Gate, GateOutcome, GatePolicy
 from rankgate.io import TraceSource, open_source, validate_record
 from rankgate.io.validate import Trace
@@ -225,6 +225,13 @@ class CandidateResult:
             if deltas[i] < -TIE_TOLERANCE
         ]
 
+    def __repr__(self) -> str:
+        flags = sum(cell.flag == "regression" for cell in self.cells)
+        return (
+            f"<CandidateResult {self.name}: {self.pairing.paired:,} paired, {len(self.cells)} "
+            f"cells, {flags} regression(s); {'PASS' if self.passed else 'FAIL'}>"
+        )
+
     @property
     def gate_failures(self) -> tuple[GateOutcome, ...]:
         return tuple(outcome for outcome in self.candidate.gates if not outcome.passed)
@@ -336,7 +343,49 @@ class Comparison:
         return pa.Table.from_pylist(rows, schema=schema)
 
     def to_pandas(self) -> Any:
+        """One row per cell, as a ``pandas.DataFrame`` (needs ``rankgate[pandas]``)."""
+        require_extra("pandas", "to_pandas()")
         return self.to_arrow().to_pandas()
+
+    def to_polars(self) -> Any:
+        """One row per cell, as a ``polars.DataFrame`` (needs ``rankgate[polars]``)."""
+        require_extra("polars", "to_polars()")
+        import polars as pl
+
+        return pl.from_arrow(self.to_arrow())
+
+    def to_json(self, *, per_query: bool = False) -> str:
+        """The JSON report (``rankgate compare --format json``, ``compare.schema.json``) as text."""
+        from rankgate.report.json_report import comparison_report, render_json
+
+        return render_json(comparison_report(self, per_query=per_query))
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The warnings of every evaluation behind the comparison, each once (see
+        ``Evaluation.warnings``)."""
+        found = (
+            warning
+            for result in self.results
+            for evaluation in (result.baseline, result.candidate)
+            for warning in evaluation.warnings
+        )
+        return tuple(dict.fromkeys(found))
+
+    def __repr__(self) -> str:
+        # Short: the default repr would print both evaluations of every candidate in full.
+        candidates = ", ".join(
+            f"{result.name} ({result.pairing.paired:,} paired)" for result in self.results
+        )
+        verdict = "PASS" if self.passed else "FAIL"
+        text = (
+            f"<Comparison baseline {self.baseline} vs {candidates}; {len(self.cells)} cells, "
+            f"{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s); "
+            f"{verdict}"
+        )
+        if self.warnings:
+            text += f"; {len(self.warnings)} warning(s)"
+        return text + ">"
 
 
 def compare(

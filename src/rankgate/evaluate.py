@@ -38,6 +38,8 @@ from rankgate.segments import (
     Group,
     GroupCounts,
     SegmentKey,
+    check_segments,
+    segment_fields_of,
     segment_value,
     split_by_segment,
     summarise,
@@ -54,7 +56,10 @@ __all__ = [
     "InvalidRecord",
     "Settings",
     "Summary",
+    "check_bounds_computed",
     "evaluate",
+    "require_extra",
+    "summary_line",
 ]
 
 DEFAULT_METRICS = ("ndcg@10", "mrr", "precision@5", "recall@20", "map")
@@ -172,6 +177,9 @@ class Evaluation:
     policy: GatePolicy = field(default_factory=GatePolicy)
     judged: MetricSpec | None = None
     examples: tuple[QueryExample, ...] = ()
+    #: Things the reader of the verdict should know that do not change it: a segment field most
+    #: queries lack, a ``[segments]`` rule that matched nothing. Every report shows them.
+    warnings: tuple[str, ...] = ()
 
     @property
     def judged_mean(self) -> float:
@@ -205,13 +213,25 @@ class Evaluation:
         raise KeyError(f"no segment {key}")
 
     def mean(self, metric: str | MetricSpec) -> float:
-        """The mean of one metric, named by string (any alias) or spec."""
+        """The mean of one metric, named by string (any alias, any case) or spec."""
+        return self.means[self._computed(metric)]
+
+    def interval(self, metric: str | MetricSpec) -> tuple[float, float]:
+        """The 95% interval of one metric's mean, named as for ``mean``."""
+        return self.intervals[self._computed(metric)]
+
+    def values_for(self, metric: str | MetricSpec) -> npt.NDArray[np.float64]:
+        """Per-query values of one metric, aligned with ``query_ids``, named as for ``mean``."""
+        return self.values[self._computed(metric)]
+
+    def _computed(self, metric: str | MetricSpec) -> MetricSpec:
+        """The requested spec that ``metric`` parses to; ``KeyError`` naming those computed."""
         spec = parse_metric(metric) if isinstance(metric, str) else metric
-        if spec not in self.values:
+        if spec not in self.metrics:
             raise KeyError(
                 f"{spec} was not computed (computed: {', '.join(map(str, self.metrics))})"
             )
-        return self.means[spec]
+        return spec
 
     def per_query(self) -> list[dict[str, Any]]:
         """One dict per scored query: ``query_id`` and each metric's value under its canonical name."""
@@ -247,12 +267,71 @@ class Evaluation:
         return pa.table(columns)
 
     def to_pandas(self) -> Any:
+        """Per-query table as a ``pandas.DataFrame`` (needs ``rankgate[pandas]``)."""
+        require_extra("pandas", "to_pandas()")
         return self.to_arrow().to_pandas()
 
     def to_polars(self) -> Any:
+        """Per-query table as a ``polars.DataFrame`` (needs ``rankgate[polars]``)."""
+        require_extra("polars", "to_polars()")
         import polars as pl
 
         return pl.from_arrow(self.to_arrow())
+
+    def to_json(self, *, sources: Sequence[str] = (), per_query: bool = False) -> str:
+        """The JSON report (``rankgate eval --format json``, ``eval.schema.json``) as text;
+        ``sources`` names the inputs, ``per_query`` adds every scored query's values."""
+        from rankgate.report.json_report import eval_report, render_json
+
+        return render_json(eval_report(self, list(sources), per_query=per_query))
+
+    def __repr__(self) -> str:
+        # A short summary: the default dataclass repr prints every per-query value and attribute.
+        return f"<Evaluation {summary_line(self)}>"
+
+
+#: Metrics named in a one-line summary before the rest are counted.
+SUMMARY_METRICS = 8
+
+
+def summary_line(evaluation: Evaluation) -> str:
+    """Counts, means and verdict in one line, e.g. ``12 read, 10 scored; ndcg@10=0.734; PASS``."""
+    summary = evaluation.summary
+    means = [
+        f"{spec}={'nan' if math.isnan(mean) else f'{mean:.4g}'}"
+        for spec, mean in list(evaluation.means.items())[:SUMMARY_METRICS]
+    ]
+    if len(evaluation.metrics) > SUMMARY_METRICS:
+        means.append(f"... {len(evaluation.metrics) - SUMMARY_METRICS} more")
+    checks = len(evaluation.gates) + len(evaluation.coverage_checks)
+    passed = sum(o.passed for o in evaluation.gates) + sum(
+        c.passed for c in evaluation.coverage_checks
+    )
+    verdict = (
+        f"{'PASS' if evaluation.passed else 'FAIL'} ({passed} of {checks} checks passed)"
+        if checks
+        else "no gates"
+    )
+    parts = [
+        f"{summary.read:,} read, {summary.scored:,} scored",
+        ", ".join(means),
+        verdict,
+    ]
+    if evaluation.segments:
+        parts.insert(2, f"{len(evaluation.segments)} segments")
+    if evaluation.warnings:
+        parts.append(f"{len(evaluation.warnings)} warning(s)")
+    return "; ".join(parts)
+
+
+def require_extra(package: str, what: str) -> None:
+    """A one-line ``UsageError`` naming the extra to install when an optional package is missing."""
+    import importlib
+
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        raise UsageError(f"{what} needs {package}: pip install 'rankgate[{package}]'") from None
 
 
 def evaluate(
@@ -266,6 +345,7 @@ def evaluate(
     progress: ProgressCallback | None = None,
     worst: int = 0,
     labels: Any = None,
+    partial: bool = False,
 ) -> Evaluation:
     """Score recorded traces and check gates.
 
@@ -287,6 +367,10 @@ def evaluate(
         labels: labels kept apart from the traces, joined by query ID to every trace that carries
             none of its own: a label file (see ``rankgate.labels``), a store URL (its labels
             table), or a dict of query ID to ``QueryLabels``.
+        partial: this call scores one part of a larger input (an engine's partition, or its dry
+            run): the checks that need the whole input are left to the caller, who runs
+            ``rankgate.segments.check_segments`` over the combined counts and
+            ``check_bounds_computed`` before scoring.
 
     Raises:
         InputError: a record is malformed and ``settings.on_invalid`` is ``"fail"``.
@@ -299,6 +383,10 @@ def evaluate(
         settings = replace(settings, label_filter=replace(label_filter, as_of=datetime.now(UTC)))
     checked_gates = tuple(parse_gate(g) if isinstance(g, str) else g for g in gates)
     policy = policy or GatePolicy()
+    if not partial and not (isinstance(traces, (list, tuple)) and not traces):
+        # An empty list scores nothing, so no bound is consulted: an engine's dry run (no rows,
+        # resamples=0) settles metrics and gates this way under any policy.
+        check_bounds_computed(policy, settings)
     requested = _metric_specs(metrics)
     rule_gates = (gate for rule in policy.rules for gate in rule.gates)
     for gate in (*checked_gates, *rule_gates):
@@ -306,9 +394,7 @@ def evaluate(
             requested.append(gate.metric)
     if not requested:
         raise UsageError("no metric to compute: name at least one (e.g. ndcg@10)")
-    segment_fields = tuple(
-        dict.fromkeys([*settings.segment_by, *(rule.key.field for rule in policy.rules)])
-    )
+    segment_fields = segment_fields_of(settings, policy)
     source: TraceSource = open_source(traces, input_format)
     cutoffs = [spec.k for spec in requested if spec.k is not None]
     judged = make_metric("judged", max(cutoffs, default=DEFAULT_JUDGED_DEPTH))
@@ -317,6 +403,7 @@ def evaluate(
     depth = min(max(cutoffs, default=WORST_DEPTH_DEFAULT), WORST_DEPTH_MAX)
     tracker = WorstQueries(requested, worst, depth, settings.relevance_threshold)
     accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker)
+    accumulator.partial = partial
     if labels is not None:
         accumulator.labels = (
             labels if isinstance(labels, dict) else collect_labels(labels, fields=settings.fields)
@@ -346,6 +433,22 @@ def evaluate(
     if progress is not None:
         progress(accumulator.read, source.done(), source.total)
     return accumulator.result(checked_gates, policy)
+
+
+def check_bounds_computed(policy: GatePolicy, settings: Settings) -> None:
+    """A gate on an interval bound needs the interval: without resamples there is none, and
+    checking the mean instead while reporting "(lower)" would misstate what was checked."""
+    if settings.resamples > 0:
+        return
+    wanted = [("", policy.gate_on)] + [
+        (f" (in [segments] {r.key})", r.gate_on) for r in policy.rules
+    ]
+    for where, gate_on in wanted:
+        if gate_on not in (None, "mean"):
+            raise UsageError(
+                f"--gate-on {gate_on}{where} needs resamples > 0 (the bound is a bootstrap "
+                "interval's); set --resamples, or gate on the mean"
+            )
 
 
 def _metric_specs(metrics: Iterable[str | MetricSpec] | None) -> list[MetricSpec]:
@@ -456,6 +559,8 @@ class _Accumulator:
         self.record_blocks: list[tuple[int, Any, Any]] | None = None
         self.labels: dict[str, QueryLabels] | None = None
         self.batch_limit = BATCH_QUERIES_HOLDING if worst.active else BATCH_QUERIES
+        # Scoring one part of a larger input: whole-input checks are the caller's (see evaluate).
+        self.partial = False
 
     def take(self, raw: Any) -> None:
         self.read += 1
@@ -731,6 +836,18 @@ class _Accumulator:
                         key, self.segment_counts[key], parts.get(key.value, empty), seed, resamples
                     )
                 )
+        warnings = (
+            []
+            if self.partial
+            else check_segments(
+                self.settings,
+                policy,
+                self.overall,
+                self.segment_counts,
+                segments,
+                self.attributes,
+            )
+        )
         outcomes, coverage = decide(gates, policy, overall, segments)
         summary = Summary(
             read=self.read,
@@ -757,4 +874,5 @@ class _Accumulator:
             policy=policy,
             judged=self.judged,
             examples=self.worst.examples(),
+            warnings=tuple(warnings),
         )

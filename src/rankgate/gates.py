@@ -16,7 +16,7 @@ from typing import Any
 
 from rankgate.errors import ConfigError, SpecError
 from rankgate.segments import Group, SegmentKey
-from rankgate.spec import MetricSpec, parse_metric
+from rankgate.spec import MAX_SPEC_LENGTH, MetricSpec, parse_metric
 
 __all__ = [
     "CoverageOutcome",
@@ -40,6 +40,8 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
 }
 # A threshold cannot start with "=", so "ndcg@10>=" is a parse error, not a threshold of "=".
 _GATE = re.compile(r"^(?P<metric>.+?)\s*(?P<op>>=|<=|>|<)\s*(?P<threshold>[^=\s]\S*)$")
+# A metric spec (at most MAX_SPEC_LENGTH characters), an operator and a number.
+MAX_GATE_LENGTH = MAX_SPEC_LENGTH + 100
 _CONDITION = re.compile(r"^\s*(?P<op>>=|<=|>|<)?\s*(?P<threshold>[^=\s]\S*)\s*$")
 
 
@@ -146,7 +148,13 @@ def _check_policy_values(
 
 
 def parse_gate(text: str) -> Gate:
-    """Parse ``metric op threshold``, e.g. ``recall@20>=0.85``."""
+    """Parse ``metric op threshold``, e.g. ``recall@20>=0.85``; anything else is a ``SpecError``."""
+    if not isinstance(text, str):
+        raise SpecError(f"a gate must be text such as 'ndcg@10>=0.7', got {text!r}")
+    if len(text) > MAX_GATE_LENGTH:
+        raise SpecError(
+            f"gate {text[:40]!r}... is {len(text):,} characters long; at most {MAX_GATE_LENGTH}"
+        )
     match = _GATE.match(text.strip())
     if not match:
         raise SpecError(f"cannot parse gate {text!r}: expected e.g. 'ndcg@10>=0.7'")
@@ -226,9 +234,9 @@ def _outcome(gate: Gate, group: Group, gate_on: str, insufficient: bool | None) 
     """``insufficient`` is None when the group has enough queries, else whether that is a failure."""
     mean = group.means.get(gate.metric, math.nan)
     low, high = group.intervals.get(gate.metric, (math.nan, math.nan))
+    # No fallback to the mean when a bound is missing: the report would say "(lower)" of a mean.
+    # ``evaluate`` refuses a bound without resamples; a group with nothing scored has no bound.
     value = {"mean": mean, "lower_bound": low, "upper_bound": high}[gate_on]
-    if gate_on != "mean" and math.isnan(value):
-        value = mean  # no interval was computed (resamples=0): fall back to the mean
 
     def verdict(passed: bool, status: str) -> GateOutcome:
         return GateOutcome(

@@ -13,19 +13,35 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from rankgate.errors import UsageError
 from rankgate.io.validate import lookup_path
 from rankgate.spec import MetricSpec
 from rankgate.stats import bootstrap_interval, derived_seed, exact_sum
 
-__all__ = ["MISSING_VALUE", "Group", "GroupCounts", "SegmentKey", "segment_value", "summarise"]
+if TYPE_CHECKING:
+    from rankgate.evaluate import Settings
+    from rankgate.gates import GatePolicy
+
+__all__ = [
+    "MISSING_VALUE",
+    "Group",
+    "GroupCounts",
+    "SegmentKey",
+    "check_segments",
+    "segment_fields_of",
+    "segment_value",
+    "summarise",
+]
 
 # The segment of records that lack the field: named so it is reported, never silently dropped.
 MISSING_VALUE = "(missing)"
+# Scored records whose fields are listed when a segment field is in none of them.
+FIELD_HINT_ROWS = 1000
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -146,3 +162,102 @@ def split_by_segment(
         mask = labels == segment
         parts[segment] = {spec: array[mask] for spec, array in values.items()}
     return parts
+
+
+def check_segments(
+    settings: Settings,
+    policy: GatePolicy,
+    overall: GroupCounts,
+    segment_counts: Mapping[SegmentKey, GroupCounts],
+    segments: Sequence[Group],
+    attributes: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """Check a segmentation of a whole input before any gate is decided on it; the warnings.
+
+    A field of ``settings.segment_by`` that no record has is a ``UsageError``: every query lands in
+    ``(missing)``, so a misspelled ``--segment-by`` would quietly turn per-segment gates into one
+    overall check. Softer signs are warnings, which the evaluation carries and reports show: a
+    ``[segments]`` rule whose field no record has or whose value no record had (its gates and
+    settings never applied), and a field that most scored queries lack. ``attributes`` (the scored
+    queries' fields) name the fields that do exist. An engine that scores its input in parts calls
+    this once over the combined counts (see ``evaluate(..., partial=True)``).
+    """
+    fields = segment_fields_of(settings, policy)
+    seen: dict[str, set[str]] = {name: set() for name in fields}
+    for key in segment_counts:
+        seen.setdefault(key.field, set()).add(key.value)
+    # With nothing scored every gate fails for want of a value, so no segmentation can flip the
+    # verdict, and there are no records to name fields from.
+    scored = len(attributes)
+    known = _field_names(attributes) if scored else {}
+    warnings: list[str] = []
+    # A field no record has a value for, and no scored record even names (a column of nulls is
+    # a field that exists: it is then reported as mostly missing below).
+    absent = [
+        name for name in fields if scored and seen[name] <= {MISSING_VALUE} and name not in known
+    ]
+    for name in absent:
+        if name in settings.segment_by:
+            raise UsageError(
+                f"segment field {name!r} is in none of the {scored:,} records scored; "
+                f"{_existing_fields(known)}"
+            )
+        warnings.append(
+            f"[segments.{name}] in the config names a field that no record has, so its rules "
+            f"never applied; {_existing_fields(known)}"
+        )
+    for rule in policy.rules:
+        values_seen = seen.get(rule.key.field, set())
+        if rule.key.field in absent or rule.key.value in values_seen:
+            continue  # reported above, or the rule matched and applied
+        values = sorted(values_seen - {MISSING_VALUE})
+        shown = ", ".join(_clip(value) for value in values[:10])
+        more = f" and {len(values) - 10:,} more" if len(values) > 10 else ""
+        warnings.append(
+            f"[segments.{rule.key.field}.{rule.key.value}] matched no record, so its gates never "
+            f"applied; values seen: {shown or 'none'}{more}"
+        )
+    for name in fields:
+        if name in absent:
+            continue
+        in_field = [
+            group for group in segments if group.key is not None and group.key.field == name
+        ]
+        scored = sum(group.scored for group in in_field)
+        missing = sum(
+            group.scored for group in in_field if group.key == SegmentKey(name, MISSING_VALUE)
+        )
+        if scored and missing * 2 > scored:
+            warnings.append(
+                f"segment field {name!r} is missing on {missing:,} of {scored:,} scored queries "
+                f"({missing / scored:.0%}), which all fall in the {MISSING_VALUE} segment"
+            )
+    return warnings
+
+
+def segment_fields_of(settings: Settings, policy: GatePolicy) -> tuple[str, ...]:
+    """The fields an evaluation segments by: ``segment_by``, then any a ``[segments]`` rule names."""
+    return tuple(dict.fromkeys([*settings.segment_by, *(rule.key.field for rule in policy.rules)]))
+
+
+def _field_names(attributes: Sequence[Mapping[str, Any]]) -> dict[str, None]:
+    """The fields of the first ``FIELD_HINT_ROWS`` scored records, in order of appearance."""
+    names: dict[str, None] = {}
+    for row in attributes[: min(len(attributes), FIELD_HINT_ROWS)]:
+        names.update(dict.fromkeys(row))
+    return names
+
+
+def _existing_fields(names: Mapping[str, None]) -> str:
+    """The fields scored records do have, for a message about one they lack."""
+    if not names:
+        return "the scored records have no other field to segment by"
+    listed = sorted(names)
+    shown = ", ".join(_clip(name) for name in listed[:20])
+    more = f" and {len(listed) - 20:,} more" if len(listed) > 20 else ""
+    return f"fields the records have: {shown}{more}"
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    """A field name or value from the data, short enough for a one-line message."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")

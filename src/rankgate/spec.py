@@ -3,8 +3,15 @@
 The canonical string omits parameters left at their default and lists the others in declaration
 order, so ``parse_metric(str(spec)) == spec`` and two spellings of one metric compare equal:
 ``P_5`` and ``p@5`` both become ``precision@5``. A parameter whose default the run sets (``rel``,
-from the relevance threshold) is kept when written out: ``precision(rel=1)@5`` stays as written. The parameters, cutoffs and
-aliases come from the metric registry; nothing here names a particular metric.
+from the relevance threshold) is kept when written out: ``precision(rel=1)@5`` stays as written. The
+parameters, cutoffs and aliases come from the metric registry; nothing here names a particular metric.
+
+One rule for case: metric names, aliases, parameter names and choices ignore capitalisation
+(``NDCG@10``, ``nDCG@10`` and ``ndcg@10`` are one metric), so every API that looks a metric up by
+string finds it under any spelling that parses to the same spec.
+
+Bounds: a spec is at most ``MAX_SPEC_LENGTH`` characters and a cutoff at most ``MAX_CUTOFF``, the
+most IDs one ranking may hold (a deeper cutoff would cut nothing). Anything else is a ``SpecError``.
 """
 
 from __future__ import annotations
@@ -19,13 +26,27 @@ import numpy.typing as npt
 
 from rankgate.batch import RankedBatch
 from rankgate.errors import SpecError
-from rankgate.metrics.registry import Alias, MetricDef, ParamValue, all_metrics, get
+from rankgate.io.limits import MAX_IDS_PER_RANKING
+from rankgate.metrics.registry import MetricDef, ParamValue, all_metrics, get
 
-__all__ = ["MetricSpec", "make_metric", "parse_metric", "parse_metric_list"]
+__all__ = [
+    "MAX_CUTOFF",
+    "MAX_SPEC_LENGTH",
+    "MetricSpec",
+    "make_metric",
+    "parse_metric",
+    "parse_metric_list",
+]
 
-_SPEC = re.compile(r"^(?P<name>[A-Za-z][\w.\-]*?)(?:\((?P<params>[^()]*)\))?(?:@(?P<k>[^@()]*))?$")
-_TREC_CUTOFF = re.compile(r"^(?P<base>.+?)[_.](?P<k>[0-9]+)$")
-_CUTOFF = re.compile(r"^[0-9]+$")
+#: The deepest cutoff accepted: a ranking holds at most this many IDs, so ``@k`` beyond it cuts
+#: nothing (and a 20-digit k would overflow the kernels' integers).
+MAX_CUTOFF = MAX_IDS_PER_RANKING
+#: The longest metric spec accepted, in characters; real ones are a few dozen.
+MAX_SPEC_LENGTH = 200
+
+_SPEC = re.compile(r"(?P<name>[A-Za-z][\w.\-]*?)(?:\((?P<params>[^()]*)\))?(?:@(?P<k>[^@()]*))?")
+_TREC_CUTOFF = re.compile(r"(?P<base>.+?)[_.](?P<k>[0-9]+)")
+_CUTOFF = re.compile(r"[0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +94,28 @@ def make_metric(
     name: str, k: int | None = None, params: Mapping[str, ParamValue] | None = None
 ) -> MetricSpec:
     """Build a validated, canonical ``MetricSpec`` from parts (``name`` may be an alias)."""
+    if not isinstance(name, str):
+        raise SpecError(f"a metric name must be text, got {name!r}")
+    _check_length(name)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
         raise SpecError(f"metric {name!r}: cutoff must be a whole number, got {k!r}")
+    if params is not None and not isinstance(params, Mapping):
+        raise SpecError(f"metric {name!r}: params must be a mapping of name to value")
     definition, implied_params, implied_k = _resolve_name(name, k is not None)
     merged: dict[str, str | ParamValue] = dict(implied_params)
     merged.update(params or {})
     return _canonical(
-        definition, _check_k(definition, k if k is not None else implied_k, name), merged
+        definition, _check_k(definition, k if k is not None else implied_k, name), merged, name
     )
 
 
 def parse_metric(text: str) -> MetricSpec:
     """Parse one metric string; raises ``SpecError`` naming the problem and the text."""
+    if not isinstance(text, str):
+        raise SpecError(f"a metric must be text such as 'ndcg@10', got {text!r}")
+    _check_length(text)
     stripped = text.strip()
-    match = _SPEC.match(stripped)
+    match = _SPEC.fullmatch(stripped)
     if not match:
         raise SpecError(
             f"cannot parse metric {text!r}: expected name, name@k or name(param=value)@k"
@@ -94,16 +123,16 @@ def parse_metric(text: str) -> MetricSpec:
     raw_k = match.group("k")
     k: int | None = None
     if raw_k is not None:
-        if not _CUTOFF.match(raw_k):
+        if not _CUTOFF.fullmatch(raw_k):
             raise SpecError(
                 f"metric {text!r}: cutoff must be a positive whole number, got {raw_k!r}"
             )
-        k = int(raw_k)
+        k = _cutoff_number(raw_k, text)
     definition, implied_params, implied_k = _resolve_name(match.group("name"), k is not None)
     params: dict[str, str | ParamValue] = dict(implied_params)
     params.update(_parse_params(match.group("params"), text))
     return _canonical(
-        definition, _check_k(definition, k if k is not None else implied_k, text), params
+        definition, _check_k(definition, k if k is not None else implied_k, text), params, text
     )
 
 
@@ -113,18 +142,23 @@ def parse_metric_list(texts: Iterable[str]) -> list[MetricSpec]:
     ``["ndcg@5,10,20", "mrr"]`` gives ndcg@5, ndcg@10, ndcg@20 and mrr. Duplicates are dropped and
     the order is kept.
     """
+    if isinstance(texts, str):
+        texts = [texts]
     specs: list[MetricSpec] = []
     for text in texts:
+        if not isinstance(text, str):
+            raise SpecError(f"a metric must be text such as 'ndcg@10', got {text!r}")
         previous: MetricSpec | None = None
         for token in _split_top_level(text):
-            if _CUTOFF.match(token):
+            if _CUTOFF.fullmatch(token):
                 if previous is None or previous.k is None:
                     raise SpecError(
                         f"in {text!r}: cutoff {token} follows no metric with a cutoff "
                         "(write e.g. ndcg@5,10,20)"
                     )
+                k = _cutoff_number(token, text)
                 spec = MetricSpec(
-                    previous.name, _check_k(previous.definition, int(token), text), previous.params
+                    previous.name, _check_k(previous.definition, k, text), previous.params
                 )
             else:
                 spec = parse_metric(token)
@@ -154,35 +188,77 @@ def _split_top_level(text: str) -> list[str]:
 
 
 def _resolve_name(name: str, has_k: bool) -> tuple[MetricDef, Mapping[str, ParamValue], int | None]:
-    """Canonical definition for a name or alias, the parameters it implies, and an implied cutoff."""
-    known = {d.name: d for d in all_metrics()}
-    if name in known:
-        return known[name], {}, None
-    for definition in known.values():
-        for alias in definition.aliases:
-            if alias.style == "at" and _alias_matches(alias, name):
-                return definition, alias.params, None
-    trec = _TREC_CUTOFF.match(name)
-    if trec and not has_k:
-        for definition in known.values():
-            for alias in definition.aliases:
-                if alias.style == "trec" and _alias_matches(alias, trec.group("base")):
-                    return definition, alias.params, int(trec.group("k"))
-    for definition in known.values():
-        for alias in definition.aliases:
-            if alias.style == "trec" and _alias_matches(alias, name):
-                return definition, alias.params, None
-    names = sorted(known) + sorted(a.name for d in known.values() for a in d.aliases)
-    # A different capitalisation of a canonical name is the likeliest intent ("NDCG" -> "ndcg", not
-    # the alias "nDCG", which means linear gain).
-    same_letters = [known_name for known_name in known if known_name.lower() == name.lower()]
-    close = same_letters or difflib.get_close_matches(name, names, n=1)
+    """Canonical definition for a name or alias (any capitalisation), the parameters it implies,
+    and the cutoff a trec_eval-style name carries (``P_5``)."""
+    at_names, trec_names = _name_tables()
+    folded = name.lower()
+    if folded in at_names:
+        definition, implied = at_names[folded]
+        return definition, implied, None
+    trec = _TREC_CUTOFF.fullmatch(folded)
+    if trec and not has_k and trec.group("base") in trec_names:
+        definition, implied = trec_names[trec.group("base")]
+        return definition, implied, _cutoff_number(trec.group("k"), name)
+    if folded in trec_names:
+        definition, implied = trec_names[folded]
+        return definition, implied, None
+    known = sorted({*at_names, *trec_names})
+    close = difflib.get_close_matches(folded, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise SpecError(f"unknown metric {name!r}{hint}; `rankgate metrics` lists them")
 
 
-def _alias_matches(alias: Alias, name: str) -> bool:
-    return alias.name.lower() == name.lower() if alias.fold_case else alias.name == name
+_Resolved = tuple[MetricDef, Mapping[str, ParamValue]]
+
+
+def _name_tables() -> tuple[dict[str, _Resolved], dict[str, _Resolved]]:
+    """Every name a metric answers to, lower-cased: ``name@k`` style (canonical names and their
+    aliases) and trec_eval style (``name_k``).
+
+    Built from the registry on each call (a few dozen entries), so a metric registered later is
+    found. Two metrics owning one name in different cases would make a spelling ambiguous: that is
+    a bug in the registry, refused here rather than resolved by declaration order.
+    """
+    at_names: dict[str, _Resolved] = {}
+    trec_names: dict[str, _Resolved] = {}
+    for definition in all_metrics():
+        entries: list[tuple[str, str, Mapping[str, ParamValue]]] = [("at", definition.name, {})]
+        entries += [(alias.style, alias.name, alias.params) for alias in definition.aliases]
+        for style, alias_name, implied in entries:
+            table = trec_names if style == "trec" else at_names
+            folded = alias_name.lower()
+            previous = table.get(folded)
+            if previous is not None and (previous[0].name, dict(previous[1])) != (
+                definition.name,
+                dict(implied),
+            ):
+                raise RuntimeError(
+                    f"metric name {alias_name!r} is claimed by {previous[0].name} and "
+                    f"{definition.name} (names ignore case)"
+                )
+            table[folded] = (definition, implied)
+    return at_names, trec_names
+
+
+def _check_length(text: str) -> None:
+    if len(text) > MAX_SPEC_LENGTH:
+        raise SpecError(
+            f"metric {text[:40]!r}... is {len(text):,} characters long; "
+            f"a metric spec has at most {MAX_SPEC_LENGTH}"
+        )
+
+
+def _cutoff_number(digits: str, text: str) -> int:
+    """A cutoff written in ASCII digits, refused past ``MAX_CUTOFF`` before it becomes a number (a
+    string of thousands of digits is refused by ``int`` itself, and a huge k overflows kernels)."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_CUTOFF)) or int(significant) > MAX_CUTOFF:
+        raise SpecError(
+            f"metric {text!r}: cutoff {significant[:20]}{'...' if len(significant) > 20 else ''} "
+            f"is beyond the largest allowed, {MAX_CUTOFF:,} (the most IDs a ranking may hold); "
+            "leave @k out for no cutoff"
+        )
+    return int(significant)
 
 
 def _parse_params(raw: str | None, text: str) -> dict[str, str]:
@@ -191,7 +267,7 @@ def _parse_params(raw: str | None, text: str) -> dict[str, str]:
     params: dict[str, str] = {}
     for piece in _split_top_level(raw):
         key, sep, value = piece.partition("=")
-        key, value = key.strip(), value.strip()
+        key, value = key.strip().lower(), value.strip()
         if not sep or not key or not value:
             raise SpecError(f"metric {text!r}: parameter {piece!r} is not of the form name=value")
         if key in params:
@@ -207,24 +283,32 @@ def _check_k(definition: MetricDef, k: int | None, text: str) -> int | None:
         raise SpecError(f"metric {text!r}: {definition.name} takes no cutoff @k")
     if k < 1:
         raise SpecError(f"metric {text!r}: cutoff must be at least 1, got {k}")
+    if k > MAX_CUTOFF:
+        raise SpecError(
+            f"metric {text!r}: cutoff {k} is beyond the largest allowed, {MAX_CUTOFF:,} "
+            "(the most IDs a ranking may hold); leave @k out for no cutoff"
+        )
     return k
 
 
 def _canonical(
-    definition: MetricDef, k: int | None, params: Mapping[str, str | ParamValue]
+    definition: MetricDef, k: int | None, params: Mapping[str, str | ParamValue], text: str
 ) -> MetricSpec:
+    """The spec with parameters checked and defaults left out; ``text`` is what the user wrote."""
     declared = {p.name: p for p in definition.params}
     chosen: dict[str, ParamValue] = {}
-    for key, raw in params.items():
+    for given_key, raw in params.items():
+        key = given_key.lower() if isinstance(given_key, str) else given_key
         if key not in declared:
             allowed = ", ".join(declared) or "none"
             raise SpecError(
-                f"metric {definition.name}: unknown parameter {key!r} (parameters: {allowed})"
+                f"metric {text!r}: unknown parameter {given_key!r} of {definition.name} "
+                f"(parameters: {allowed})"
             )
         try:
             chosen[key] = declared[key].coerce(raw)
         except ValueError as problem:
-            raise SpecError(f"metric {definition.name}: parameter {key}: {problem}") from None
+            raise SpecError(f"metric {text!r}: parameter {key}: {problem}") from None
     ordered = tuple(
         (p.name, chosen[p.name])
         for p in definition.params

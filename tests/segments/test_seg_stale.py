@@ -366,6 +366,7 @@ def test_per_document_stamps_with_integer_document_ids() -> None:
             "retrieved_ids": [17, 18],
             "relevant_ids": [17, 18],
             "labeled_at": {17: OLD},
+            QT: "ids",  # _evaluate segments by it, and a field no record has is an error
         }
     ]
     evaluation = _evaluate(records, LabelFilter(max_age=parse_age("180d"), as_of=AS_OF))

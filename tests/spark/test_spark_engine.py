@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -261,7 +262,7 @@ CASES = {
         metrics=["ndcg@10", "mrr", "p@5"],
         gates=["ndcg@10>=0.2", "mrr>0.9"],
         settings=Settings(
-            on_invalid="skip", segment_by=("qtype", "tier", "channel"), seed=7, resamples=200
+            on_invalid="skip", segment_by=("qtype", "tier"), seed=7, resamples=200
         ),
         # region is segmented only because a rule names it; recall@20 is computed only because
         # that rule's gate names it.
@@ -319,11 +320,21 @@ def test_segments_name_the_records_without_the_field(traces):
 
     names = [group.name for group in run.segments]
     assert f"qtype={MISSING_VALUE}" in names
-    # A field no record has: every record read lands in its one (missing) segment.
-    channel = run.segment("channel", MISSING_VALUE)
-    assert channel.read == ROWS - 3  # invalid records belong to no segment
-    assert channel.scored == run.overall.scored
     assert [g.name for g in run.segments if g.key.field == "tier"] == ["tier=0", "tier=1", "tier=2"]
+
+
+def test_a_segment_field_no_record_has_is_refused_as_the_local_engine_refuses_it(traces):
+    # A misspelled --segment-by would put every query in one (missing) segment and turn
+    # per-segment gates into one overall check; both engines refuse it, naming the fields that exist.
+    arguments = dict(CASES["segments-gates-coverage"])
+    arguments["settings"] = replace(arguments["settings"], segment_by=("qtype", "channel"))
+    with pytest.raises(UsageError) as spark_refusal:
+        engine.evaluate(traces, **arguments)
+    with pytest.raises(UsageError) as local_refusal:
+        rankgate.evaluate(arrow_of(traces), **arguments)
+    assert "'channel'" in str(spark_refusal.value)
+    assert "'qtype'" in str(spark_refusal.value)
+    assert str(spark_refusal.value) == str(local_refusal.value)
 
 
 def test_unnamed_queries_are_named_by_their_row_in_the_whole_input(traces):

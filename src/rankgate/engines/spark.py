@@ -63,6 +63,7 @@ from rankgate.evaluate import (
     InvalidRecord,
     Settings,
     Summary,
+    check_bounds_computed,
 )
 from rankgate.evaluate import evaluate as local_evaluate
 from rankgate.gates import Gate, GatePolicy, decide, parse_gate
@@ -73,6 +74,7 @@ from rankgate.segments import (
     Group,
     GroupCounts,
     SegmentKey,
+    check_segments,
     segment_value,
     split_by_segment,
     summarise,
@@ -283,7 +285,10 @@ def _plan(
     spec and their order exactly as a real local run would, and rejects bad metric or gate strings
     before any Spark job starts.
     """
-    dry = local_evaluate([], metrics, gates, settings=replace(settings, resamples=0), policy=policy)
+    check_bounds_computed(policy, settings)
+    dry = local_evaluate(
+        [], metrics, gates, settings=replace(settings, resamples=0), policy=policy, partial=True
+    )
     segment_fields = tuple(
         dict.fromkeys([*settings.segment_by, *(rule.key.field for rule in policy.rules)])
     )
@@ -457,6 +462,7 @@ def _score_by_columns(
         list(job.metrics),
         settings=replace(job.settings, fields=fields),
         policy=job.policy,
+        partial=True,
     )
     rows = np.fromiter(
         (int(row) for row in evaluation.query_ids), dtype=np.int64, count=len(evaluation.query_ids)
@@ -521,6 +527,7 @@ def _score_by_records(
         list(job.metrics),
         settings=job.settings,
         policy=job.policy,
+        partial=True,
     )
     rows: list[int] = []
     attributes: list[str] = []
@@ -726,6 +733,9 @@ def _assemble(
             segments.append(
                 summarise(key, segment_counts[key], parts.get(key.value, empty), seed, resamples)
             )
+    attributes = _attribute_rows(queries, job)
+    # Partitions score with the whole-input checks off; they run once here, over every partition.
+    warnings = check_segments(settings, policy, overall, segment_counts, segments, attributes)
     outcomes, coverage = decide(gates, policy, overall_group, segments)
     summary = Summary(
         read=read,
@@ -742,7 +752,7 @@ def _assemble(
         metrics=job.metrics,
         query_ids=query_ids,
         values=values,
-        attributes=_attribute_rows(queries, job),
+        attributes=attributes,
         summary=summary,
         gates=outcomes,
         settings=settings,
@@ -751,6 +761,7 @@ def _assemble(
         coverage_checks=coverage,
         policy=policy,
         judged=job.judged,
+        warnings=tuple(warnings),
     )
 
 

@@ -51,10 +51,11 @@ _TREC = "trec_eval 9.0 (NIST)"
     reference="Järvelin & Kekäläinen, TOIS 20(4) 2002; exponential gain: Burges et al., ICML 2005; "
     f"{_TREC} ndcg_cut (gain=linear)",
     edge_cases="IDCG is built from all labeled documents, cut at k, not at the number retrieved. "
-    "Every positive grade adds gain; no `rel` threshold. 0 when IDCG is 0.",
+    "Every positive grade adds gain; no `rel` threshold. 0 when IDCG is 0. Names ignore case, so "
+    "`nDCG@10` and `NDCG@10` are `ndcg@10`, exponential gain; trec_eval's `ndcg_cut_10` (and "
+    "ir_measures' `nDCG@10`) use linear gain: `ndcg(gain=linear)@10`.",
     aliases=(
         Alias("ndcg_cut", {"gain": "linear"}, style="trec"),
-        Alias("nDCG", {"gain": "linear"}),
         Alias("ndcg_burges"),
     ),
 )
@@ -88,7 +89,7 @@ def dcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
     edge_cases="Divides by k even when fewer than k documents were retrieved. Without @k: "
     "relevant retrieved / retrieved (trec_eval set_P), 0 when nothing was retrieved.",
     aliases=(
-        Alias("p", fold_case=True),
+        Alias("p"),
         Alias("prec"),
         Alias("P", style="trec"),
     ),
@@ -108,7 +109,7 @@ def precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
     formula="|relevant ∩ top k| / R",
     reference=f"{_MANNING}; {_TREC} recall_k",
     edge_cases="R counts every relevant label, not min(R, k), as trec_eval does.",
-    aliases=(Alias("r", fold_case=True), Alias("recall", style="trec")),
+    aliases=(Alias("r"), Alias("recall", style="trec")),
     monotone_in_k=True,
 )
 def recall(batch: RankedBatch, k: int | None, rel: float) -> Floats:
@@ -126,8 +127,7 @@ def recall(batch: RankedBatch, k: int | None, rel: float) -> Floats:
     edge_cases="0 when no relevant document is in the top k.",
     aliases=(
         Alias("recip_rank"),
-        Alias("rr", fold_case=True),
-        Alias("mrr", fold_case=True),
+        Alias("rr"),
     ),
     monotone_in_k=True,
 )
@@ -145,7 +145,7 @@ def mrr(batch: RankedBatch, k: int | None, rel: float) -> Floats:
     reference=f"{_MANNING} §8.4; {_TREC} map, map_cut_k",
     edge_cases="Divides by R, all relevant documents, also when cut at k (trec_eval map_cut).",
     aliases=(
-        Alias("ap", fold_case=True),
+        Alias("ap"),
         Alias("map", style="trec"),
         Alias("map_cut", style="trec"),
     ),
@@ -183,7 +183,7 @@ def hit_rate(batch: RankedBatch, k: int | None, rel: float) -> Floats:
     formula="|relevant ∩ top R| / R",
     reference=f"{_MANNING} §8.4; {_TREC} Rprec",
     edge_cases="Divides by R even when fewer than R documents were retrieved.",
-    aliases=(Alias("Rprec"), Alias("r-precision"), Alias("rprec")),
+    aliases=(Alias("Rprec"), Alias("r-precision")),
 )
 def r_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
     del k  # declared without a cutoff

@@ -62,15 +62,17 @@ class Param:
         Raises ``ValueError`` with a message naming what was expected; the caller adds context.
         """
         if self.kind == "choice":
+            # Choices ignore case like metric names do: ``gain=Linear`` is ``gain=linear``.
             text = str(raw)
-            if text not in self.choices:
-                raise ValueError(f"expected one of {', '.join(self.choices)}, got {text!r}")
-            return text
+            for choice in self.choices:
+                if choice.lower() == text.lower():
+                    return choice
+            raise ValueError(f"expected one of {', '.join(self.choices)}, got {text!r}")
         if isinstance(raw, bool):
             raise ValueError(f"expected a number, got {raw!r}")
         try:
             number = float(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"expected a number, got {raw!r}") from None
         if not np.isfinite(number):
             raise ValueError(f"expected a finite number, got {raw!r}")
@@ -87,14 +89,14 @@ class Alias:
     """Another name users type for a metric, with the parameters that name implies.
 
     ``style`` says how the cutoff is written: ``"at"`` for ``name@k`` (``p@5``, ``nDCG@10``) and
-    ``"trec"`` for trec_eval's ``name_k`` / ``name.k`` (``P_5``, ``ndcg_cut.10``). ``fold_case``
-    allows any capitalisation.
+    ``"trec"`` for trec_eval's ``name_k`` / ``name.k`` (``P_5``, ``ndcg_cut.10``). Like every
+    metric name, an alias matches in any capitalisation, so no two metrics may own names that differ
+    only in case (``rankgate.spec`` refuses such a registry).
     """
 
     name: str
     params: Mapping[str, ParamValue] = field(default_factory=dict)
     style: str = "at"
-    fold_case: bool = False
 
 
 @dataclass(frozen=True)

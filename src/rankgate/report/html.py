@@ -4,8 +4,13 @@ The page carries its own stylesheet, charts (inline SVG, see ``svg.py``) and a f
 that sort and filter tables; it loads nothing over the network, so it opens the same from a CI
 artifact on a plane. Trace data is untrusted, so:
 
-* every ID, query text, segment value and source name passes through ``html.escape`` and appears
+* every ID, query text, segment value and source name passes through ``escape`` and appears
   only as element text or a quoted attribute value, never inside ``<script>`` or ``<style>``;
+* ``escape`` (from ``svg.py``) also neutralises NUL, lone surrogates and bidirectional controls and
+  clips any one string; a value from the data is shown inside ``<bdi>``, so its own direction
+  (right-to-left text, say) cannot reorder the verdict or margin around it, and it is shortened to
+  ``TEXT_SHOWN`` characters (IDs: ``ID_SHOWN``) with an ellipsis, the full length noted beside it
+  and up to ``TOOLTIP_SHOWN`` characters in its tooltip: a 200 MB query text adds about 1 KB;
 * the page declares a Content-Security-Policy that allows exactly its own script and stylesheet (by
   SHA-256 hash) and nothing else: no other inline script, no event-handler attributes, no remote
   loads. Even a string that slipped past escaping could not run.
@@ -18,7 +23,6 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from html import escape
 
 import numpy as np
 
@@ -28,7 +32,18 @@ from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
 from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, format_p
 from rankgate.report.numbers import format_against, format_margin, format_threshold
-from rankgate.report.svg import Bar, Interval, Split, bar_chart, forest_plot, histogram, split_bars
+from rankgate.report.svg import (
+    TOOLTIP_SHOWN,
+    Bar,
+    Interval,
+    Split,
+    bar_chart,
+    clip_text,
+    escape,
+    forest_plot,
+    histogram,
+    split_bars,
+)
 from rankgate.segments import Group, segment_value
 from rankgate.spec import MetricSpec
 from rankgate.stats import NORMAL_FROM_QUERIES
@@ -40,8 +55,10 @@ __all__ = ["render_comparison_html", "render_eval_html"]
 MOVED_SHOWN = 10
 # Groups drawn in one per-segment chart; the table lists every group.
 CHARTED_GROUPS = 30
-# Characters of an ID shown in a table cell; the full ID is in its tooltip.
+# Characters of an ID shown in a table cell; the rest is in its tooltip (up to TOOLTIP_SHOWN).
 ID_SHOWN = 80
+# Characters of any other value from the data shown in place: query text, segment values, names.
+TEXT_SHOWN = 200
 
 _STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1f2328; --muted: #59636e;
@@ -107,6 +124,7 @@ input.filter { font: inherit; padding: 4px 8px; min-width: 260px; color: var(--f
   background: var(--card); border: 1px solid var(--line); border-radius: 6px; }
 .scroll { overflow-x: auto; } #worst td:nth-child(2) { min-width: 180px; } caption { text-align: left; }
 .legend span { margin-right: 14px; } .cards { display: flex; flex-wrap: wrap; gap: 10px; }
+ul.warnings { color: var(--warn); font-size: 14px; margin: 6px 0 0; padding-left: 18px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px;
   padding: 8px 12px; min-width: 120px; } .card b { display: block; font-size: 18px; }
 """
@@ -206,8 +224,22 @@ def _td_num(value: float | None, digits: int = 4, text: str | None = None) -> st
 
 
 def _td(text: str, css: str = "") -> str:
+    """A table cell holding ``text``, which may come from the data (see ``_data``)."""
     klass = f' class="{css}"' if css else ""
-    return f"<td{klass}>{escape(text)}</td>"
+    return f"<td{klass}>{_data(text)}</td>"
+
+
+def _data(text: str, limit: int = TEXT_SHOWN) -> str:
+    """A value from the data as element content: direction-isolated in ``<bdi>``, escaped and
+    neutralised; past ``limit`` characters it is cut with an ellipsis, its length is noted beside
+    it and the tooltip holds up to ``TOOLTIP_SHOWN`` characters of it."""
+    if len(text) <= limit:
+        return f"<bdi>{escape(text)}</bdi>"
+    return (
+        f'<span class="clipped" title="{escape(clip_text(text, TOOLTIP_SHOWN))}">'
+        f"<bdi>{escape(text[: limit - 1])}</bdi>…</span>"
+        f'<span class="note"> ({len(text):,} characters)</span>'
+    )
 
 
 _NUM_CLASS = ' class="num"'
@@ -268,7 +300,9 @@ def render_eval_html(
     coverage and skipped records, and the worst queries with their rankings."""
     named = ", ".join(sources)
     body = [
-        f'<header><h1>rankgate eval</h1><p class="meta">{escape(named)}</p></header>',
+        '<header><h1>rankgate eval</h1><p class="meta">'
+        + ", ".join(_data(source) for source in sources)
+        + "</p></header>",
         _eval_verdict(evaluation),
         _gates_section(evaluation),
         _means_section(evaluation),
@@ -278,7 +312,7 @@ def render_eval_html(
         _worst_section(evaluation),
         _settings_section(evaluation),
     ]
-    return _page(f"rankgate eval · {named}", body, generated)
+    return _page(f"rankgate eval · {clip_text(named, TEXT_SHOWN)}", body, generated)
 
 
 def _eval_verdict(evaluation: Evaluation) -> str:
@@ -292,28 +326,43 @@ def _eval_verdict(evaluation: Evaluation) -> str:
     if failed:
         # The miss furthest on the wrong side of its threshold, whichever way the gate points.
         miss = max(failed, key=lambda o: abs(o.margin) if o.margin is not None else math.inf)
-        worst = " · worst miss: " + _gate_text(miss)
+        worst = escape(" · worst miss: ") + _gate_html(miss)
     elif coverage_failed:
-        worst = f" · annotation coverage below its minimum in {len(coverage_failed)} group(s)"
+        worst = escape(
+            f" · annotation coverage below its minimum in {len(coverage_failed)} group(s)"
+        )
     summary = evaluation.summary
     return (
         f'<section class="verdict {word.lower()}" role="status"><strong>{word}</strong>'
-        f'{escape(detail + worst)}<div class="meta">{summary.read:,} records read · '
-        f"{summary.scored:,} scored · {sum(summary.skipped.values()):,} skipped</div></section>"
+        f'{escape(detail)}{worst}<div class="meta">{summary.read:,} records read · '
+        f"{summary.scored:,} scored · {sum(summary.skipped.values()):,} skipped</div>"
+        f"{_warnings(evaluation.warnings)}</section>"
     )
+
+
+def _warnings(warnings: Sequence[str]) -> str:
+    """The evaluation's warnings (a segment field most queries lack, a rule that matched nothing),
+    under the verdict: they do not change it, but they say how far to trust it."""
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{_data(warning, TOOLTIP_SHOWN)}</li>" for warning in warnings)
+    return f'<ul class="warnings">{items}</ul>'
 
 
 def _where(outcome: GateOutcome) -> str:
     return "overall" if outcome.segment is None else str(outcome.segment)
 
 
-def _gate_text(outcome: GateOutcome) -> str:
+def _gate_html(outcome: GateOutcome) -> str:
+    """One gate's verdict in words, as markup: the group (a value from the data) is isolated, so
+    its text cannot reorder the value and margin after it."""
     gate = outcome.gate
     value = (
         "no value" if outcome.value is None else format_against(outcome.value, gate.threshold, 4)
     )
     margin = "" if outcome.margin is None else f" (margin {format_margin(outcome.margin)})"
-    return f"{_where(outcome)} {gate.metric} {value}, needs {gate.op} {format_threshold(gate.threshold)}{margin}"
+    needs = f"needs {gate.op} {format_threshold(gate.threshold)}"
+    return _data(_where(outcome)) + escape(f" {gate.metric} {value}, {needs}{margin}")
 
 
 def _gates_section(evaluation: Evaluation) -> str:
@@ -366,7 +415,7 @@ def _gates_section(evaluation: Evaluation) -> str:
             shown = "n/a" if check.coverage is None else f"{check.coverage:.1%}"
             state = "pass" if check.passed else "fail"
             items.append(
-                f'<li><span class="status {state}">{state.upper()}</span> {escape(where)}: '
+                f'<li><span class="status {state}">{state.upper()}</span> {_data(where)}: '
                 f"annotation coverage {shown} (minimum {check.minimum:.0%})</li>"
             )
         coverage = "<h3>Annotation coverage minimums</h3><ul>" + "".join(items) + "</ul>"
@@ -598,7 +647,8 @@ def _coverage_section(evaluation: Evaluation) -> str:
     invalid = ""
     if summary.invalid_examples:
         listed = "".join(
-            f"<li><code>{escape(str(e))}</code></li>" for e in summary.invalid_examples
+            f"<li><code>{_data(str(e), TOOLTIP_SHOWN)}</code></li>"
+            for e in summary.invalid_examples
         )
         invalid = (
             f"<h3>Invalid records (first {len(summary.invalid_examples)} of "
@@ -652,11 +702,8 @@ def _worst_section(evaluation: Evaluation) -> str:
 
 
 def _clipped(identifier: str) -> str:
-    """An ID for a table cell, escaped; past ``ID_SHOWN`` characters it is shortened, with the
-    whole ID in a tooltip."""
-    if len(identifier) <= ID_SHOWN:
-        return escape(identifier)
-    return f'<span title="{escape(identifier)}">{escape(identifier[: ID_SHOWN - 1])}…</span>'
+    """An ID for a table cell (see ``_data``), shortened past ``ID_SHOWN`` characters."""
+    return _data(identifier, ID_SHOWN)
 
 
 def _ranks(example: QueryExample) -> str:
@@ -720,43 +767,54 @@ def render_comparison_html(comparison: Comparison, *, generated: datetime | None
         f"{len(regressions)} regression(s), {len(comparison.improvements)} improvement(s) in "
         f"{len(comparison.cells)} cells"
     )
+    detail_html = escape(detail)
     if regressions:
         worst = regressions[0]
-        detail += (
-            f" · worst: {worst.candidate} {worst.group} {worst.metric} {worst.delta:+.4f} "
-            f"(p adj {format_p(worst.p_adjusted)})"
+        detail_html += (
+            escape(" · worst: ")
+            + _data(worst.candidate)
+            + " "
+            + _data(worst.group)
+            + escape(f" {worst.metric} {worst.delta:+.4f} (p adj {format_p(worst.p_adjusted)})")
         )
     misses = sum(len(result.gate_failures) for result in comparison.results)
     if misses:
-        detail += f" · {misses} candidate gate(s) missed"
+        detail_html += escape(f" · {misses} candidate gate(s) missed")
     method = (
         f"{TEST_NAMES[significance.test]}, {CORRECTION_NAMES[significance.correction]} correction, "
         f"alpha {significance.alpha:g}, margin {significance.margin:g}; 95% BCa intervals of the "
         f"delta ({comparison.settings.resamples:,} resamples, seed {comparison.settings.seed})"
     )
     reads = ", ".join(
-        f"{name}: {count:,} records"
-        + (f" ({comparison.invalid[name]:,} invalid)" if comparison.invalid.get(name) else "")
+        _data(name)
+        + escape(
+            f": {count:,} records"
+            + (f" ({comparison.invalid[name]:,} invalid)" if comparison.invalid.get(name) else "")
+        )
         for name, count in comparison.read.items()
     )
+    warnings = _warnings(comparison.warnings)
     body = [
-        f'<header><h1>rankgate compare</h1><p class="meta">baseline {escape(comparison.baseline)}'
-        f" · candidates {escape(', '.join(r.name for r in comparison.results))}</p></header>",
+        f'<header><h1>rankgate compare</h1><p class="meta">baseline {_data(comparison.baseline)}'
+        f" · candidates {', '.join(_data(r.name) for r in comparison.results)}</p></header>",
         f'<section class="verdict {word.lower()}" role="status"><strong>{word}</strong>'
-        f'{escape(detail)}<div class="meta">{escape(method)}</div>'
-        f'<div class="meta">{escape(reads)}</div></section>',
+        f'{detail_html}<div class="meta">{escape(method)}</div>'
+        f'<div class="meta">{reads}</div>{warnings}</section>',
     ]
     for number, result in enumerate(comparison.results):
         body.append(_candidate_html(result, number))
-    return _page(f"rankgate compare · {comparison.baseline}", body, generated)
+    return _page(
+        f"rankgate compare · {clip_text(comparison.baseline, TEXT_SHOWN)}", body, generated
+    )
 
 
 def _candidate_html(result: CandidateResult, number: int) -> str:
     pairing = result.pairing
     summary = result.candidate.summary
     ident = f"c{number}"
+    name = clip_text(result.name, TEXT_SHOWN)
     parts = [
-        f"<section><h2>Candidate {escape(result.name)}</h2>",
+        f"<section><h2>Candidate {_data(result.name)}</h2>",
         _cards(
             [
                 ("queries paired", f"{pairing.paired:,}"),
@@ -776,7 +834,7 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
         "<h3>Per-query wins, ties and losses</h3>",
         split_bars(
             f"{ident}-split",
-            f"Queries the candidate {result.name} won, tied and lost, per metric (all queries)",
+            f"Queries the candidate {name} won, tied and lost, per metric (all queries)",
             [
                 Split(str(cell.metric), cell.wins, cell.ties, cell.losses)
                 for cell in result.cells
@@ -787,17 +845,17 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
         _moved(result, ident),
     ]
     if result.gate_failures:
-        items = "".join(f"<li>{escape(_gate_text(o))}</li>" for o in result.gate_failures)
+        items = "".join(f"<li>{_gate_html(o)}</li>" for o in result.gate_failures)
         parts.append(f"<h3>Gates the candidate missed</h3><ul>{items}</ul>")
     for side, count, ids in (
         ("baseline", pairing.baseline_only, pairing.baseline_only_ids),
         ("candidate", pairing.candidate_only, pairing.candidate_only_ids),
     ):
         if count:
-            listed = ", ".join(ids) + (
+            listed = ", ".join(_clipped(query_id) for query_id in ids) + (
                 f", … ({count - len(ids):,} more)" if count > len(ids) else ""
             )
-            parts.append(f'<p class="note">Only in the {side}: <code>{escape(listed)}</code></p>')
+            parts.append(f'<p class="note">Only in the {side}: <code>{listed}</code></p>')
     parts.append("</section>")
     return "".join(parts)
 
@@ -866,7 +924,7 @@ def _forest(result: CandidateResult, ident: str) -> str:
         charts.append(
             forest_plot(
                 f"{ident}-forest-{number}",
-                f"{spec}: candidate {result.name} minus baseline, per group",
+                f"{spec}: candidate {clip_text(result.name, TEXT_SHOWN)} minus baseline, per group",
                 rows,
                 f"Δ {spec}",
             )
@@ -888,7 +946,7 @@ def _moved(result: CandidateResult, ident: str) -> str:
             delta = float(deltas[index])
             kind = "regression" if delta < 0 else "improvement"
             cells = [
-                f'<td class="id">{escape(result.baseline.query_ids[index])}</td>',
+                f'<td class="id">{_clipped(result.baseline.query_ids[index])}</td>',
                 _td(str(spec)),
                 *(_td(str(values[index])) for values in segments.values()),
                 _td_num(float(before[index])),

@@ -55,13 +55,24 @@ def _signature(definition: MetricDef) -> str:
 
 
 def _aliases(definition: MetricDef) -> str:
+    """Each alias as typed, and, when it implies parameters, the canonical form it stands for."""
     names = []
     for alias in definition.aliases:
         if alias.style == "trec":
-            names.append(f"{alias.name}_k" if definition.cutoff else alias.name)
+            name = f"{alias.name}_k" if definition.cutoff else alias.name
         else:
-            names.append(f"{alias.name}@k" if definition.cutoff else alias.name)
+            name = f"{alias.name}@k" if definition.cutoff else alias.name
+        if alias.params:
+            implied = ",".join(f"{key}={value}" for key, value in alias.params.items())
+            cutoff = "@k" if definition.cutoff else ""
+            name += f" (= {definition.name}({implied}){cutoff})"
+        names.append(name)
     return ", ".join(names)
+
+
+def _cell(text: str) -> str:
+    """Table-cell text: a bare ``|`` (as in ``|relevant ∩ top k|``) would end the cell."""
+    return text.replace("|", "\\|")
 
 
 def render_metrics_text() -> str:
@@ -94,15 +105,17 @@ def render_metrics_markdown() -> str:
         "",
         "Write a metric as `name(param=value)@k`. Without `@k` the whole retrieved list counts. "
         "Several cutoffs at once: `ndcg@5,10,20`. Every report shows the canonical form, which "
-        "leaves out parameters at their default.",
+        "leaves out parameters at their default. Metric names, aliases and parameter names ignore "
+        "case: `NDCG@10`, `nDCG@10` and `ndcg@10` are one metric.",
         "",
         "| metric | what it measures | formula | edge cases | also accepted |",
         "|---|---|---|---|---|",
     ]
     for definition in all_metrics():
         lines.append(
-            f"| `{_signature(definition)}` | {definition.summary} | {definition.formula} | "
-            f"{definition.edge_cases} | {_aliases(definition)} |"
+            f"| `{_signature(definition)}` | {_cell(definition.summary)} | "
+            f"{_cell(definition.formula)} | {_cell(definition.edge_cases)} | "
+            f"{_cell(_aliases(definition))} |"
         )
     lines += ["", "## Parameters", ""]
     seen: set[str] = set()

@@ -5,6 +5,13 @@ screen readers), a caption, and the same numbers as a table in a collapsed ``<de
 data is there for people who cannot or do not want to read a chart. Every label passes through
 ``escape``; charts never put caller text anywhere else.
 
+``escape`` here is ``html.escape`` made safe for hostile text (the HTML report uses it too): it
+neutralises what escaping leaves alone: NUL (replaced by U+FFFD, a raw NUL being a parse error), lone
+surrogates (written as ``\\ud800``: they have no UTF-8 form) and bidirectional controls (U+202A-202E,
+U+2066-2069, U+200E, U+200F, U+061C, shown as ``<U+202E>``, so that a right-to-left override in a
+segment value cannot reverse a margin on screen), and it clips any one string at ``PIECE_MAX``
+characters, noting the full length, so a 200 MB query text cannot make a 200 MB page.
+
 Colours are CSS classes (``.pass``, ``.fail``, ``.neutral``, ``.loss``...), defined by the HTML
 report for light, dark and print. Status is never shown by colour alone: markers differ in shape
 and the tables say it in words.
@@ -13,23 +20,62 @@ and the tables say it in words.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
+from html import escape as escape_markup
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "PIECE_MAX",
+    "TOOLTIP_SHOWN",
     "Bar",
     "Interval",
     "Split",
     "bar_chart",
+    "clip_text",
+    "escape",
     "forest_plot",
     "histogram",
+    "neutralise",
     "nice_ticks",
     "split_bars",
 ]
+
+#: Characters of any one string put on a page; past it the string is cut and its length noted.
+PIECE_MAX = 2000
+#: Characters of a value kept in a tooltip (its title attribute) when the text shown is shortened.
+TOOLTIP_SHOWN = 1000
+
+# Controls that change the direction of the text around them: embeddings, overrides, isolates and
+# the invisible direction marks.
+_BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A lone surrogate has no UTF-8 encoding.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def neutralise(text: str) -> str:
+    """``text`` with bidirectional controls made visible (``<U+202E>``), NUL replaced by U+FFFD
+    (HTML does not allow it) and a lone surrogate written as its escape (``\\ud800``, as the CLI
+    writes it elsewhere); everything else, right-to-left letters included, is kept."""
+    text = text.replace("\x00", "\ufffd")
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _BIDI_CONTROLS.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis and its full length, when longer."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(limit - 1, 0)]}… ({len(text):,} characters)"
+
+
+def escape(text: str, quote: bool = True) -> str:
+    """``html.escape`` of ``text`` clipped to ``PIECE_MAX`` characters and neutralised."""
+    return escape_markup(neutralise(clip_text(text, PIECE_MAX)), quote)
+
 
 _ROW = 26  # height of one row in bar-like charts
 _TOP = 12
@@ -156,7 +202,10 @@ def _figure(
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f'<th scope="col">{escape(cell)}</th>' for cell in header)
     body = "".join(
-        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows
+        "<tr>"
+        + "".join(f"<td>{escape(clip_text(cell, TOOLTIP_SHOWN))}</td>" for cell in row)
+        + "</tr>"
+        for row in rows
     )
     return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -212,7 +261,7 @@ def _legend(items: Sequence[tuple[str, str]], x: float, y: float) -> list[str]:
 def _row_label(label: str, x: float, y: float) -> str:
     return (
         f'<text class="label" x="{x}" y="{y}" text-anchor="end" dominant-baseline="middle">'
-        f"<title>{escape(label)}</title>{escape(_short(label))}</text>"
+        f"<title>{escape(clip_text(label, TOOLTIP_SHOWN))}</title>{escape(_short(label))}</text>"
     )
 
 
@@ -250,7 +299,7 @@ def bar_chart(
             body.append(
                 f'<rect class="bar {bar.status}" x="{min(x0, x1)}" y="{y + 5}" '
                 f'width="{abs(x1 - x0):.2f}" height="{_ROW - 10}"><title>'
-                f"{escape(bar.label)}: {_fmt(bar.value, 4)} ({escape(bar.status)})</title></rect>"
+                f"{escape(clip_text(bar.label, TOOLTIP_SHOWN))}: {_fmt(bar.value, 4)} ({escape(bar.status)})</title></rect>"
             )
         if bar.low is not None and bar.high is not None and math.isfinite(bar.low):
             xl, xh = scale(bar.low), scale(bar.high)
@@ -396,7 +445,7 @@ def forest_plot(ident: str, title: str, rows: Sequence[Interval], axis_title: st
             marker = _MARKERS.get(row.kind, _MARKERS["none"])
             body.append(
                 f'<path class="marker {row.kind}" d="{marker.format(x=scale(row.estimate), y=middle)}">'
-                f"<title>{escape(row.label)}: {row.estimate:+.4f} [{row.low:+.4f}, "
+                f"<title>{escape(clip_text(row.label, TOOLTIP_SHOWN))}: {row.estimate:+.4f} [{row.low:+.4f}, "
                 f"{row.high:+.4f}] {escape(row.kind)}</title></path>"
             )
         text = f"{row.estimate:+.4f}" + (f" {row.note}" if row.note else "")
@@ -446,7 +495,7 @@ def split_bars(ident: str, title: str, rows: Sequence[Split]) -> str:
             w = round(count / total * _PLOT_WIDTH, 2)
             body.append(
                 f'<rect class="split {kind}" x="{x}" y="{y + 4}" width="{w}" height="{_ROW - 8}">'
-                f"<title>{escape(row.label)}: {count:,} {_PLURAL[kind]} of {total:,}</title></rect>"
+                f"<title>{escape(clip_text(row.label, TOOLTIP_SHOWN))}: {count:,} {_PLURAL[kind]} of {total:,}</title></rect>"
             )
             if w > 34:
                 body.append(
