@@ -53,11 +53,13 @@ typecheck: $(DEV)
 ## bench: seeded synthetic traces (QUERIES x 100 retrieved, graded labels) as JSON Lines and
 ## Parquet, scored by rankgate, ranx and pytrec_eval in one run; prints wall time, peak memory and
 ## ratios, and rankgate against a bare pyarrow read of the same file (QUERIES=20000 for a quick look);
-## then the start-up cost of `rankgate eval` on 10 traces
+## then the start-up cost of `rankgate eval` on 10 traces, and the monitor's HTTP intake rate
+## (fails below 5,000 events/s)
 bench: $(DEV)
 	@mkdir -p build
 	$(BIN)/python bench/throughput.py --queries $(QUERIES)
 	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/monitor_load.py --seconds 10 --min-rate 5000
 
 ## bench-store: fill a SQLite store with 1M synthetic traces and time `rankgate eval` on it
 ## (STORE=postgresql://... for PostgreSQL; QUERIES=N for another size)

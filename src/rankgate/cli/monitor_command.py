@@ -25,7 +25,7 @@ from rankgate.monitor.follow import Follower
 from rankgate.monitor.http import DEFAULT_LIMITS, HttpLimits
 from rankgate.monitor.server import DEFAULT_MAX_BODY, MonitorServer, StateFile, Webhook
 from rankgate.store import StoreSource, Window, is_store_url
-from rankgate.store.backends import redact_url
+from rankgate.store.backends import connect, redact_url
 from rankgate.times import parse_time
 
 log = logging.getLogger("rankgate.monitor")
@@ -154,6 +154,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_connections < 2:
         raise UsageError("--max-connections must be at least 2")
     token = _token(args)
+    if args.poll_store is not None:
+        if not is_store_url(args.poll_store):
+            raise UsageError(f"--poll-store {args.poll_store!r}: expected a trace store URL")
+        # Open it once now: a wrong scheme, path or password is exit 2 at start, not a warning
+        # logged every poll by a service that looks healthy.
+        connect(args.poll_store, read_only=True).close()
     config = load_project_config(args)
     settings = MonitorConfig() if config.monitor is None else parse_monitor_table(config.monitor)
     # The project's scoring conventions, so the monitor's numbers are eval's numbers.
@@ -195,8 +201,6 @@ def run(args: argparse.Namespace) -> int:
         follower = Follower(args.follow, _line_taker(monitor, args.follow))
         threading.Thread(target=follower.run, args=(threading.Event(),), daemon=True).start()
     if args.poll_store is not None:
-        if not is_store_url(args.poll_store):
-            raise UsageError(f"--poll-store {args.poll_store!r}: expected a trace store URL")
         threading.Thread(
             target=poll_store,
             args=(monitor, args.poll_store, args.poll_every, threading.Event()),
