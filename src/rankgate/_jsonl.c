@@ -29,8 +29,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Containers nested deeper than this make the row slow (Python copes; we do not need to). */
+/* The bounds of io/limits.py (a test holds these equal to it). Past any of them a row is slow, and
+ * the Python path refuses it with a located error.
+ * Containers nested deeper than this, the record itself being level 1 (MAX_NESTING_DEPTH). */
 #define MAX_DEPTH 64
+/* IDs in retrieved_ids (MAX_IDS_PER_RANKING). */
+#define MAX_IDS_PER_RANKING 1000000
+/* Items of relevant_ids plus entries of relevance_scores (MAX_LABELS_PER_QUERY); repeated keys are
+ * counted each time, which is never fewer than Python's dict holds. */
+#define MAX_LABELS_PER_QUERY 1000000
+/* Decoded UTF-8 bytes of one query or document ID (MAX_ID_BYTES). */
+#define MAX_ID_BYTES 8192
+/* Bytes of a top-level string value or key (MAX_TEXT_BYTES). Measured on the raw text, which is
+ * never shorter than the decoded text, so a row within it is within Python's bound too. */
+#define MAX_TEXT_BYTES (1024 * 1024)
 /* Python refuses int() of more digits than sys.get_int_max_str_digits(), which cannot be set below
  * 640 (0 means no limit). Going slow above 600 digits keeps us clear of any setting. */
 #define MAX_INT_DIGITS 600
@@ -146,6 +158,7 @@ typedef struct {
     uint8_t *seg_valid;
     size_t *seg_mark;
     uint8_t qid_valid, rel_valid, scores_valid;
+    size_t labels; /* relevant_ids items plus relevance_scores entries so far in this row */
     Buf key_scratch;
 
     /* Output. */
@@ -597,7 +610,7 @@ static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end, int depth
  * (validate._document_id); an integer's JSON text is its str() except "-0". null is allowed only
  * for relevant_ids, where it means "no labels"; retrieved_ids: null is an error in Python. */
 static int parse_id_list(ListColumn *col, const uint8_t **pp, const uint8_t *end, int nullable,
-                         uint8_t *valid) {
+                         uint8_t *valid, size_t *count, size_t limit) {
     const uint8_t *p = *pp;
     if (*p == 'n') {
         if (!nullable || !(p = literal(p, end, "null", 4))) return SLOW;
@@ -617,7 +630,9 @@ static int parse_id_list(ListColumn *col, const uint8_t **pp, const uint8_t *end
             int escaped = 0;
             const uint8_t *close = scan_string(p + 1, end, &escaped);
             if (!close || close == p + 1) return SLOW; /* empty ID: an error in Python */
+            size_t before = col->data.len;
             if (put_string(&col->data, p + 1, close, escaped) < 0) return NO_MEMORY;
+            if (col->data.len - before > MAX_ID_BYTES) return SLOW;
             p = close + 1;
         } else if (*p == '-' || is_digit(*p)) {
             Number n;
@@ -629,6 +644,7 @@ static int parse_id_list(ListColumn *col, const uint8_t **pp, const uint8_t *end
             return SLOW;
         }
         col->strings++;
+        if (++*count > limit) return SLOW;
         if (buf_i64(&col->offsets, (int64_t)col->data.len) < 0) return NO_MEMORY;
         p = skip_space(p, end);
         if (p >= end) return SLOW;
@@ -644,7 +660,8 @@ static int parse_id_list(ListColumn *col, const uint8_t **pp, const uint8_t *end
 /* relevance_scores: null, or an object of non-empty keys to numbers with 0 <= float(value) <= 1000
  * (validate._grades). Repeated keys are all emitted, in order; the consumer keeps the last, as the
  * dict json.loads builds does. */
-static int parse_scores(MapColumn *col, const uint8_t **pp, const uint8_t *end, uint8_t *valid) {
+static int parse_scores(MapColumn *col, const uint8_t **pp, const uint8_t *end, uint8_t *valid,
+                        size_t *labels) {
     const uint8_t *p = *pp;
     if (*p == 'n') {
         if (!(p = literal(p, end, "null", 4))) return SLOW;
@@ -673,7 +690,10 @@ static int parse_scores(MapColumn *col, const uint8_t **pp, const uint8_t *end, 
         double grade;
         if (!after || number_value(&n, &grade) != PARSED) return SLOW;
         if (!(grade >= 0.0 && grade <= 1000.0)) return SLOW; /* also refuses NaN */
+        size_t before = col->key_data.len;
         if (put_string(&col->key_data, key, close, escaped) < 0) return NO_MEMORY;
+        if (col->key_data.len - before > MAX_ID_BYTES) return SLOW;
+        if (++*labels > MAX_LABELS_PER_QUERY) return SLOW;
         col->count++;
         if (buf_i64(&col->key_offsets, (int64_t)col->key_data.len) < 0) return NO_MEMORY;
         if (buf_put(&col->values, &grade, sizeof grade) < 0) return NO_MEMORY;
@@ -701,7 +721,9 @@ static int parse_query_id(TextColumn *col, const uint8_t **pp, const uint8_t *en
         int escaped = 0;
         const uint8_t *close = scan_string(p + 1, end, &escaped);
         if (!close || close == p + 1) return SLOW;
+        size_t before = col->data.len;
         if (put_string(&col->data, p + 1, close, escaped) < 0) return NO_MEMORY;
+        if (col->data.len - before > MAX_ID_BYTES) return SLOW;
         *pp = close + 1;
         *valid = 1;
         return PARSED;
@@ -799,16 +821,26 @@ static int parse_member(Parser *P, const uint8_t *key, size_t len, const uint8_t
     case QUERY_ID: return parse_query_id(&P->qid, pp, end, &P->qid_valid);
     case RETRIEVED: {
         uint8_t unused = 0;
-        return parse_id_list(&P->retrieved, pp, end, 0, &unused);
+        size_t ids = 0;
+        return parse_id_list(&P->retrieved, pp, end, 0, &unused, &ids, MAX_IDS_PER_RANKING);
     }
-    case RELEVANT: return parse_id_list(&P->relevant, pp, end, 1, &P->rel_valid);
-    case SCORES: return parse_scores(&P->scores, pp, end, &P->scores_valid);
+    case RELEVANT:
+        return parse_id_list(&P->relevant, pp, end, 1, &P->rel_valid, &P->labels,
+                             MAX_LABELS_PER_QUERY);
+    case SCORES: return parse_scores(&P->scores, pp, end, &P->scores_valid, &P->labels);
     default: break;
     }
-    if (segment) return parse_segment(P, pp, end);
-    const uint8_t *after = skip_value(*pp, end, 1);
-    if (!after) return SLOW;
-    *pp = after;
+    const uint8_t *start = *pp;
+    if (segment) {
+        int rc = parse_segment(P, pp, end);
+        if (rc != PARSED) return rc;
+    } else {
+        const uint8_t *after = skip_value(*pp, end, 1);
+        if (!after) return SLOW;
+        *pp = after;
+    }
+    /* A long top-level string (quotes included in the span) is Python's to refuse. */
+    if (*start == '"' && (size_t)(*pp - start) > MAX_TEXT_BYTES + 2) return SLOW;
     return PARSED;
 }
 
@@ -821,6 +853,7 @@ static int parse_record(Parser *P, const uint8_t *p, const uint8_t *end) {
         memset(P->seg_valid, 0, P->nseg);
     }
     P->qid_valid = P->rel_valid = P->scores_valid = 0;
+    P->labels = 0;
 
     p = skip_space(p, end);
     if (p >= end || *p != '{') return SLOW; /* arrays, scalars: "expected an object" in Python */
@@ -835,6 +868,7 @@ static int parse_record(Parser *P, const uint8_t *p, const uint8_t *end) {
             if (!close) return SLOW;
             const uint8_t *key = p + 1;
             size_t len = (size_t)(close - key);
+            if (len > MAX_TEXT_BYTES) return SLOW; /* a field name is text too */
             if (escaped) { /* keys compare by their decoded text */
                 P->key_scratch.len = 0;
                 if (decode_string(&P->key_scratch, key, close) < 0) return NO_MEMORY;
@@ -1191,6 +1225,15 @@ PyMODINIT_FUNC PyInit__jsonl(void) {
     Py_INCREF(&BlockType);
     if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0) {
         Py_DECREF(&BlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* The bounds compiled in, for the test that holds them equal to io/limits.py. */
+    if (PyModule_AddIntConstant(m, "MAX_NESTING_DEPTH", MAX_DEPTH) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_IDS_PER_RANKING", MAX_IDS_PER_RANKING) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_LABELS_PER_QUERY", MAX_LABELS_PER_QUERY) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_ID_BYTES", MAX_ID_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_TEXT_BYTES", MAX_TEXT_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

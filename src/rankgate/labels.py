@@ -6,7 +6,9 @@ joined to traces by query ID. Three shapes are read:
 * one judgment per record: ``query_id``, ``document_id`` (or ``doc_id``), ``grade`` (or
   ``relevance``), optionally ``labeled_at`` and ``source``: what annotation tools export;
 * one query per record, as in a trace: ``relevant_ids`` and/or ``relevance_scores``;
-* TREC qrels (a ``.qrels`` file, or ``input_format="qrels"``).
+* TREC qrels: ``input_format="qrels"``, or detected, whatever the file is called, by the layout of
+  its first line (``qid iter docno rel``: four columns, the last a number; see
+  ``rankgate.io.trec.looks_like_qrels``).
 
 Within one run, a later judgment of the same (query, document) replaces an earlier one unless the
 earlier one is newer by ``labeled_at``, or dated while the later one is not: the rule the trace
@@ -24,12 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.errors import InputError, Location, UsageError
-from rankgate.io import FieldMap, RawRecord, Trace, open_source, validate_record
-from rankgate.io.trec import read_qrels
+from rankgate.io import FORMATS, FieldMap, RawRecord, Trace, limits, open_source, validate_record
+from rankgate.io.bounded import size_text, utf8_length
+from rankgate.io.source import data_suffix
+from rankgate.io.trec import looks_like_qrels, read_qrels
 from rankgate.io.validate import MAX_GRADE
 from rankgate.times import parse_time
 
 __all__ = [
+    "LABEL_FORMATS",
     "Judgment",
     "LabelReading",
     "QueryLabels",
@@ -42,6 +47,9 @@ DOCUMENT_KEYS = ("document_id", "doc_id")
 GRADE_KEYS = ("grade", "relevance")
 LABELED_AT_KEY = "labeled_at"
 SOURCE_KEY = "source"
+QRELS = "qrels"
+#: What ``input_format`` may name for a label file: TREC qrels, or any trace format.
+LABEL_FORMATS = (QRELS, *FORMATS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +111,20 @@ def read_judgments(
 ) -> Iterator[Judgment]:
     """Every judgment in a label file (any trace format, or qrels), in file order.
 
-    ``source`` names judgments whose records do not say; a malformed record raises ``InputError``,
-    or under ``on_invalid="skip"`` is counted in ``reading.skipped["invalid"]``.
+    ``input_format`` is one of ``LABEL_FORMATS``; without it a file is read as TREC qrels when
+    it is named ``*.qrels`` or laid out as qrels (``qid iter docno rel``), else by the trace
+    readers' own detection. ``source`` names judgments whose records do not say; a malformed
+    record raises ``InputError``, or under ``on_invalid="skip"`` is counted in
+    ``reading.skipped["invalid"]``.
     """
     fields = fields or FieldMap()
     reading = reading if reading is not None else LabelReading()
     name = source or (str(data) if isinstance(data, (str, PathLike)) else None)
-    if input_format == "qrels" or (
-        isinstance(data, (str, PathLike)) and str(data).lower().endswith(".qrels")
-    ):
+    if input_format is not None and input_format not in LABEL_FORMATS:
+        raise UsageError(
+            f"unknown label format {input_format!r} (formats: {', '.join(LABEL_FORMATS)})"
+        )
+    if input_format == QRELS or (input_format is None and _is_qrels_file(data)):
         for query_id, grades in read_qrels(Path(data)).items():
             reading.records += len(grades)
             for document_id, grade in grades.items():
@@ -135,10 +148,21 @@ def read_judgments(
         yield from found
 
 
+def _is_qrels_file(data: Any) -> bool:
+    if not isinstance(data, (str, PathLike)) or "://" in str(data) or str(data) == "-":
+        return False
+    path = Path(data)
+    return data_suffix(path) == ".qrels" or looks_like_qrels(path)
+
+
 def collect_labels(
     data: Any, *, fields: FieldMap | None = None, input_format: str | None = None
 ) -> dict[str, QueryLabels]:
-    """Every query's labels from a label file or a store URL, newest judgment first."""
+    """Every query's labels from a label file or a store URL, newest judgment first.
+
+    ``input_format`` (one of ``LABEL_FORMATS``, e.g. ``"qrels"``) forces how a file is read; see
+    ``read_judgments`` for what is detected without it.
+    """
     from rankgate.store import is_store_url
 
     judgments = (
@@ -214,9 +238,11 @@ def _row_judgment(
         try:
             grade = float(grade)
         except ValueError:
-            raise InputError(location, grade_key, f"expected a number, got {grade!r}") from None
+            raise InputError(
+                location, grade_key, f"expected a number, got {_clip(grade)}"
+            ) from None
     if isinstance(grade, bool) or not isinstance(grade, (int, float)):
-        raise InputError(location, grade_key, f"expected a number, got {grade!r}")
+        raise InputError(location, grade_key, f"expected a number, got {_clip(grade)}")
     if not math.isfinite(grade) or not 0 <= grade <= MAX_GRADE:
         raise InputError(location, grade_key, f"grade must be between 0 and {MAX_GRADE:g}")
     named = record.get(SOURCE_KEY)
@@ -231,8 +257,26 @@ def _row_judgment(
 
 def _identifier(value: Any, location: Location, name: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        raise InputError(location, name, f"expected a non-empty string or integer, got {value!r}")
-    return str(value)
+        raise InputError(
+            location, name, f"expected a non-empty string or integer, got {_clip(value)}"
+        )
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        text = "0" * (limits.MAX_ID_BYTES + 1)
+    if utf8_length(text) > limits.MAX_ID_BYTES:
+        raise InputError(
+            location,
+            name,
+            f"ID is {utf8_length(text):,} bytes, more than the limit of "
+            f"{size_text(limits.MAX_ID_BYTES)}",
+        )
+    return text
+
+
+def _clip(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _stamp(value: Any, location: Location) -> datetime | None:
@@ -242,5 +286,5 @@ def _stamp(value: Any, location: Location) -> datetime | None:
         return parse_time(value, LABELED_AT_KEY)
     except UsageError:
         raise InputError(
-            location, LABELED_AT_KEY, f"expected an ISO 8601 timestamp, got {value!r}"
+            location, LABELED_AT_KEY, f"expected an ISO 8601 timestamp, got {_clip(value)}"
         ) from None

@@ -16,13 +16,22 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from rankgate.errors import ConfigError, InputError, Location, UsageError
+from rankgate.io.bounded import (
+    bounded_lines,
+    cannot_read,
+    open_binary,
+    size_text,
+    too_long_problem,
+    utf8_length,
+)
+from rankgate.io.limits import MAX_ID_BYTES
 
 __all__ = ["LabelFilter", "parse_age", "read_corpus"]
 
@@ -40,13 +49,29 @@ def parse_age(text: str) -> timedelta:
 
 
 def read_corpus(path: Path) -> frozenset[str]:
-    """Document IDs in the corpus: one per line of text, or the ``id`` column of Parquet or CSV."""
+    """Document IDs in the corpus: one per line of text, or the ``id`` column of Parquet or CSV.
+
+    An unreadable file, a line that is not UTF-8 and an ID past ``MAX_ID_BYTES`` are located
+    ``InputError``s."""
     if not path.is_file():
         raise UsageError(f"{path}: no such corpus file")
     suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
+    try:
+        if suffix in (".parquet", ".pq"):
+            return _parquet_corpus(path)
+        with open_binary(path) as raw:
+            if suffix in (".csv", ".tsv"):
+                return _csv_corpus(path, raw, "\t" if suffix == ".tsv" else ",")
+            return _text_corpus(path, raw)
+    except OSError as problem:
+        raise cannot_read(path, problem) from None
 
+
+def _parquet_corpus(path: Path) -> frozenset[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
         schema = pq.read_schema(path)
         if CORPUS_ID_COLUMN not in schema.names:
             raise InputError(
@@ -55,19 +80,70 @@ def read_corpus(path: Path) -> frozenset[str]:
                 f"no '{CORPUS_ID_COLUMN}' column (columns: {', '.join(schema.names)})",
             )
         column = pq.read_table(path, columns=[CORPUS_ID_COLUMN]).column(CORPUS_ID_COLUMN)
-        return frozenset(str(value) for value in column.to_pylist() if value is not None)
-    # utf-8-sig: spreadsheet exports start with a byte-order mark that must not join the first ID.
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        if suffix in (".csv", ".tsv"):
-            reader = csv.DictReader(handle, delimiter="\t" if suffix == ".tsv" else ",")
-            if CORPUS_ID_COLUMN not in (reader.fieldnames or []):
-                raise InputError(
-                    str(path),
-                    None,
-                    f"no '{CORPUS_ID_COLUMN}' column (columns: {', '.join(reader.fieldnames or [])})",
-                )
-            return frozenset(row[CORPUS_ID_COLUMN] for row in reader if row[CORPUS_ID_COLUMN])
-        return frozenset(line.strip() for line in handle if line.strip())
+    except OSError as problem:
+        if problem.errno is not None:
+            raise cannot_read(path, problem) from None
+        raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
+    except pa.ArrowException as problem:
+        raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
+    try:
+        values = column.to_pylist()
+    except UnicodeDecodeError:  # Arrow does not check a file's text when reading it
+        raise InputError(str(path), CORPUS_ID_COLUMN, "text is not valid UTF-8") from None
+    return frozenset(str(value) for value in values if value is not None)
+
+
+def _decoded(path: Path, raw: Any) -> Iterator[str]:
+    """Each line of ``raw`` as text, bounded in length; a byte-order mark (spreadsheet exports
+    start with one) must not join the first ID."""
+    for number, (line, too_long) in enumerate(bounded_lines(raw), start=1):
+        if too_long:
+            raise InputError(Location(str(path), line=number), None, too_long_problem())
+        try:
+            yield line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise InputError(
+                Location(str(path), line=number), None, "line is not valid UTF-8"
+            ) from None
+
+
+def _checked_id(path: Path, number: int, text: str, field: str | None) -> str:
+    if utf8_length(text) > MAX_ID_BYTES:
+        raise InputError(
+            Location(str(path), line=number),
+            field,
+            f"ID is {utf8_length(text):,} bytes, more than the limit of {size_text(MAX_ID_BYTES)}",
+        )
+    return text
+
+
+def _text_corpus(path: Path, raw: Any) -> frozenset[str]:
+    ids = set()
+    for number, line in enumerate(_decoded(path, raw), start=1):
+        if line.strip():
+            ids.add(_checked_id(path, number, line.strip(), None))
+    return frozenset(ids)
+
+
+def _csv_corpus(path: Path, raw: Any, delimiter: str) -> frozenset[str]:
+    reader = csv.DictReader(_decoded(path, raw), delimiter=delimiter)
+    try:
+        if CORPUS_ID_COLUMN not in (reader.fieldnames or []):
+            raise InputError(
+                str(path),
+                None,
+                f"no '{CORPUS_ID_COLUMN}' column (columns: {', '.join(reader.fieldnames or [])})",
+            )
+        ids = set()
+        for row in reader:
+            value = row[CORPUS_ID_COLUMN]
+            if value:
+                ids.add(_checked_id(path, reader.line_num, value, CORPUS_ID_COLUMN))
+        return frozenset(ids)
+    except csv.Error as problem:
+        raise InputError(
+            Location(str(path), line=reader.line_num), None, f"cannot read CSV ({problem})"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,11 +198,14 @@ def test_csv_row_with_too_many_cells(tmp_path):
     )
 
 
-def test_csv_row_with_too_few_cells_leaves_the_rest_missing(tmp_path):
+def test_csv_row_with_too_few_cells_is_refused_naming_the_first_missing_column(tmp_path):
+    # Issue 15: a short row used to read as unlabeled. Which cell is missing cannot be known, so
+    # the row is refused; an empty cell is how a CSV says "missing".
     path = tmp_path / "x.csv"
     path.write_text('retrieved_ids,query_id,relevant_ids\n"[""a""]"\n')
-    [trace] = read_traces(path)
-    assert (trace.query_id, trace.grades) == ("#1", None)
+    error = first_error(path)
+    assert (str(error.location), error.field) == (f"{path}:2", "query_id")
+    assert error.problem.startswith("row has 1 cell, the header has 3 columns")
 
 
 def test_csv_blank_lines_keep_line_numbers(tmp_path):

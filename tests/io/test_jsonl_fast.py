@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rankgate.errors import InputError
-from rankgate.io import jsonl_arrow
+from rankgate.io import jsonl_arrow, limits
 from rankgate.io.json_records import line_record
 from rankgate.io.validate import FieldMap, validate_record
 from rankgate.segments import MISSING_VALUE, segment_value
@@ -919,3 +919,119 @@ def test_read_chunks_and_parse_together() -> None:
 def test_read_chunks_refuses_empty_chunks() -> None:
     with pytest.raises(ValueError):
         list(jsonl_arrow.read_chunks(io.BytesIO(b"x"), 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The bounds of io/limits.py: past one, Python refuses and the fast reader must be slow; at one,
+# both accept (and agree).
+
+
+def _id_of(units: list[str], escaped: bool) -> str:
+    """JSON string text for the characters ``units``, escaped as \\uXXXX or written raw."""
+    if escaped:
+        return "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else c for c in units)
+    return "".join(units)
+
+
+@pytest.mark.parametrize("escaped", [False, True])
+@pytest.mark.parametrize("where", ["retrieved", "relevant", "score_key", "query_id"])
+@pytest.mark.parametrize("extra", [0, 1])
+def test_id_byte_limit(where: str, escaped: bool, extra: int) -> None:
+    # é is two bytes in UTF-8; escaped it is six bytes of JSON text for the same two.
+    text = _id_of(["é"] * (limits.MAX_ID_BYTES // 2), escaped) + "x" * extra
+    item = f'"{text}"'
+    line = {
+        "retrieved": '{"retrieved_ids": ["a", ' + item + "]}",
+        "relevant": '{"retrieved_ids": ["a"], "relevant_ids": [' + item + "]}",
+        "score_key": '{"retrieved_ids": ["a"], "relevance_scores": {' + item + ": 1}}",
+        "query_id": '{"retrieved_ids": ["a"], "query_id": ' + item + "}",
+    }[where]
+    [(fast, expected)] = check(line.encode())
+    assert (expected is None) == bool(extra)
+    assert (fast is not None) == (not extra)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+@pytest.mark.parametrize("key", ["query_type", "notes"])
+def test_text_byte_limit(key: str, extra: int) -> None:
+    line = json.dumps({"retrieved_ids": ["a"], key: "t" * (limits.MAX_TEXT_BYTES + extra)})
+    [(fast, expected)] = check(line.encode())
+    assert (expected is None) == bool(extra)
+    assert (fast is not None) == (not extra)
+
+
+def test_text_limit_is_on_decoded_bytes() -> None:
+    # Escapes make the JSON text longer than the limit while the text itself is within it: the
+    # fast reader may go slow there, and Python accepts.
+    value = "\\u0074" * limits.MAX_TEXT_BYTES
+    [(_, expected)] = check(('{"retrieved_ids": [], "notes": "' + value + '"}').encode())
+    assert expected is not None
+
+
+def test_field_name_byte_limit() -> None:
+    for extra in (0, 1):
+        key = "k" * (limits.MAX_TEXT_BYTES + extra)
+        [(fast, expected)] = check(json.dumps({"retrieved_ids": [], key: 1}).encode())
+        assert (expected is None) == bool(extra)
+        assert (fast is not None) == (not extra)
+
+
+def test_ranking_and_label_count_limits() -> None:
+    n = limits.MAX_IDS_PER_RANKING
+    ids = ",".join(["1"] * n)
+    rows = check(
+        (
+            '{"retrieved_ids": [' + ids + "]}\n"
+            '{"retrieved_ids": [' + ids + ",2]}\n"
+            '{"retrieved_ids": [], "relevant_ids": [' + ids + "]}\n"
+            '{"retrieved_ids": [], "relevant_ids": [' + ids + '], "relevance_scores": {"a": 1}}\n'
+            '{"retrieved_ids": [], "relevant_ids": ["b"], "relevance_scores": {'
+            + ",".join(f'"k{i}": 1' for i in range(limits.MAX_LABELS_PER_QUERY))
+            + "}}\n"
+        ).encode()
+    )
+    assert [(fast is not None, expected is not None) for fast, expected in rows] == [
+        (True, True),
+        (False, False),
+        (True, True),
+        (False, False),
+        (False, False),
+    ]
+
+
+def test_repeated_score_keys_count_in_python_as_one() -> None:
+    # The fast reader counts a repeated key each time and goes slow; Python's dict holds one.
+    over = limits.MAX_LABELS_PER_QUERY
+    body = ",".join(['"a": 1'] * (over + 1))
+    [(fast, expected)] = check(
+        ('{"retrieved_ids": [], "relevance_scores": {' + body + "}}").encode()
+    )
+    assert fast is None and expected is not None
+
+
+_NEAR_LIMIT = st.integers(-2, 2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["retrieved_ids", "relevant_ids", "query_id", "relevance_scores", "tier"]),
+    _NEAR_LIMIT,
+    st.lists(
+        st.sampled_from(["a", "é", "文", "🦀", "\\n", '\\"', "\\u00e9", "\\ud83e\\udd80"]),
+        max_size=8,
+    ),
+)
+def test_random_values_near_the_byte_limits(field: str, delta: int, pieces: list[str]) -> None:
+    tail = "".join(pieces)
+    size = limits.MAX_TEXT_BYTES if field == "tier" else limits.MAX_ID_BYTES
+    text = "x" * (size + delta - 8) + tail
+    item = f'"{text}"'
+    value = {
+        "retrieved_ids": "[" + item + "]",
+        "relevant_ids": "[" + item + "]",
+        "query_id": item,
+        "relevance_scores": "{" + item + ": 2}",
+        "tier": item,
+    }[field]
+    extra = "" if field == "retrieved_ids" else '"retrieved_ids": ["r"], '
+    check(("{" + extra + f'"{field}": ' + value + "}").encode())

@@ -14,7 +14,14 @@ from typing import Any
 from rankgate.errors import UsageError
 from rankgate.io.json_records import JsonSource
 from rankgate.io.otlp import OtlpOptions, OtlpSource, OtlpStats
-from rankgate.io.source import FORMATS, TraceSource, detect_format, file_size, require_file
+from rankgate.io.source import (
+    FORMATS,
+    TraceSource,
+    detect_format,
+    file_size,
+    refuse_otlp_export,
+    require_file,
+)
 from rankgate.io.tables import ArrowSource, CsvSource, RecordsSource, arrow_table
 from rankgate.io.trec import TrecSource
 from rankgate.io.validate import FieldMap, RawRecord, Trace, validate_record
@@ -81,6 +88,7 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
             return ArrowSource.parquet(path)
         if chosen in ("csv", "tsv"):
             return CsvSource(path, "\t" if chosen == "tsv" else ",", size)
+        refuse_otlp_export(path)
         return JsonSource.from_path(path, size)
     if isinstance(data, SOURCE_TYPES):
         return data

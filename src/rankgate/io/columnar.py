@@ -18,15 +18,17 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from rankgate.errors import InputError
+from rankgate.errors import InputError, Location
 from rankgate.fast import numpy_of
-from rankgate.io.json_records import JsonSource, line_record
+from rankgate.io import limits
+from rankgate.io.bounded import too_long_problem
+from rankgate.io.json_records import JsonSource, OversizedLine, line_record
 from rankgate.io.tables import ArrowSource
 from rankgate.io.validate import MAX_GRADE, FieldMap, RawRecord
 
@@ -248,6 +250,7 @@ def _normalised(
         return array
 
     retrieved = id_list(column(fields.retrieved_ids), required=True)
+    slow |= _entries(retrieved) > limits.MAX_IDS_PER_RANKING
     relevant = column(fields.relevant_ids)
     if relevant is not None:
         relevant = id_list(relevant, required=False)
@@ -257,9 +260,13 @@ def _normalised(
         if not (pa.types.is_string(key) or pa.types.is_large_string(key)):
             key = pa.large_string()  # integer document IDs, as text
         if key != scores.type.key_type or scores.type.item_type != pa.float64():
-            scores = scores.cast(pa.map_(key, pa.float64()))
+            # Unsafe only for integers past 2^53, far above MAX_GRADE: those rows go slow below
+            # and the validator words the error with the exact value.
+            scores = scores.cast(pa.map_(key, pa.float64()), safe=False)
         _mark_bad_items(scores, scores.keys, slow)
         _mark_bad_grades(scores, slow)
+    labels = sum(_entries(array) for array in (relevant, scores) if array is not None)
+    slow |= np.asarray(labels) > limits.MAX_LABELS_PER_QUERY
     query_id = column(fields.query_id)
     if query_id is None:
         query_id = pa.nulls(n, pa.large_string())
@@ -268,6 +275,7 @@ def _normalised(
     else:
         # An empty ID is an error the validator words.
         slow |= numpy_of(pc.fill_null(pc.equal(query_id, ""), False))
+    slow |= _longer_than(query_id, limits.MAX_ID_BYTES) | _not_utf8(query_id)
     # An absent label column stays absent (the join takes None for it).
     columns = {"query_id": query_id, "retrieved_ids": retrieved}
     if relevant is not None:
@@ -282,17 +290,52 @@ def _normalised(
             values = pc.if_else(values, "true", "false").cast(pa.large_string())
         elif not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
             values = values.cast(pa.large_string())
+        slow |= _not_utf8(values)
         columns[SEGMENT_PREFIX + name] = values
     return pa.record_batch(columns), slow
 
 
 def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None:
-    """Rows with a null ID in a list (or map key) go to the validator, which words it. (The
-    compiled join sends rows with an empty ID there itself.)"""
+    """Rows with a null ID in a list (or map key), or an ID past ``MAX_ID_BYTES``, go to the
+    validator, which words it. (The compiled join sends rows with an empty ID there itself.)"""
     import pyarrow.compute as pc
 
     if len(items) and items.null_count:
         _mark_rows_holding(lists, numpy_of(pc.is_null(items)), slow)
+    if len(items):
+        _mark_rows_holding(lists, _longer_than(items, limits.MAX_ID_BYTES), slow)
+        _mark_rows_holding(lists, _not_utf8(items), slow)
+
+
+def _entries(lists: Any) -> npt.NDArray[np.int64]:
+    """Items per row of a list or map array (0 for a null row)."""
+    offsets = numpy_of(lists.offsets).astype(np.int64, copy=False)
+    return np.diff(offsets)
+
+
+def _not_utf8(texts: Any) -> npt.NDArray[np.bool_]:
+    """Which strings of a text array are not valid UTF-8: Arrow does not check what a Parquet file
+    holds, and the validator words the error. One pass in C when all are valid (the usual case)."""
+    import pyarrow as pa
+
+    bad = np.zeros(len(texts), dtype=np.bool_)
+    try:
+        texts.validate(full=True)
+    except pa.ArrowInvalid:
+        for index, value in enumerate(texts.cast(pa.large_binary()).to_pylist()):
+            if value is not None:
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    bad[index] = True
+    return bad
+
+
+def _longer_than(texts: Any, limit: int) -> npt.NDArray[np.bool_]:
+    """Which strings of a text array are longer than ``limit`` bytes (a null is not)."""
+    import pyarrow.compute as pc
+
+    return numpy_of(pc.fill_null(pc.greater(pc.binary_length(texts), limit), False))
 
 
 def _mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
@@ -329,29 +372,69 @@ def _json_chunks(
     from rankgate.io import jsonl_arrow
 
     keys = (fields.query_id, fields.retrieved_ids, fields.relevant_ids, fields.relevance_scores)
+    names = [
+        "query_id",
+        "retrieved_ids",
+        "relevant_ids",
+        "relevance_scores",
+        *(SEGMENT_PREFIX + name for name in segment_fields),
+    ]
     ordinal = 0
 
-    def parsed_chunks() -> Iterator[tuple[bytes, int, int, Any]]:
-        for data, first_line, offset in source.line_chunks(CHUNK_BYTES):
+    def parsed_chunks() -> Iterator[tuple[bytes | bytearray, int, int, Any]]:
+        for piece in source.line_chunks(CHUNK_BYTES):
+            if isinstance(piece, OversizedLine):
+                # One slow row in place of the line that was read past: a single invalid byte
+                # makes the scanner give exactly that, and ``raw`` below words the real problem.
+                parsed = jsonl_arrow.parse_chunk(b"\x00", keys, tuple(segment_fields), piece.line)
+                yield b"", piece.line, piece.start, (parsed, piece)
+                continue
+            data, first_line, offset = piece
             parsed = jsonl_arrow.parse_chunk(data, keys, tuple(segment_fields), first_line)
-            yield data, first_line, offset, parsed
+            # A line that ended inside a chunk may still be longer than a record may be: the
+            # validator's path refuses it (``line_record``), so it must not be scored here.
+            too_long = (parsed.end - parsed.start) > limits.MAX_RECORD_BYTES
+            if too_long.any():
+                parsed = replace(parsed, slow=parsed.slow | too_long)
+            yield data, first_line, offset, (parsed, None)
 
-    for data, first_line, offset, parsed in prefetched(parsed_chunks()):
-        table = parsed.table.rename_columns(
-            [
-                "query_id",
-                "retrieved_ids",
-                "relevant_ids",
-                "relevance_scores",
-                *(SEGMENT_PREFIX + name for name in segment_fields),
-            ]
-        )
+    for data, first_line, offset, (parsed, oversized) in prefetched(parsed_chunks()):
+        if oversized is not None:
+            record = RawRecord(
+                Location(source.name, line=oversized.line),
+                None,
+                ordinal + 1,
+                problem=too_long_problem(),
+            )
+            table = parsed.table.rename_columns(names)
+            ordinal += 1
+
+            def only_record(index: int, record: RawRecord = record) -> RawRecord:
+                return record
+
+            def one_record(
+                rows: npt.NDArray[np.int64], record: RawRecord = record
+            ) -> Callable[[], list[RawRecord]]:
+                return lambda: [record]
+
+            yield Chunk(
+                table,
+                parsed.slow,
+                ordinal,
+                False,
+                only_record,
+                one_record,
+                source.done(),
+                oversized.start,
+            )
+            continue
+        table = parsed.table.rename_columns(names)
         first = ordinal
         lines, starts, ends = parsed.line, parsed.start, parsed.end
 
         def raw(
             index: int,
-            data: bytes = data,
+            data: bytes | bytearray = data,
             lines: Any = lines,
             starts: Any = starts,
             ends: Any = ends,

@@ -7,17 +7,30 @@ number. gzip is recognised by its first bytes, whatever the file is called.
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from rankgate.errors import InputError, Location, UsageError
+from rankgate.io import limits
+from rankgate.io.bounded import (
+    NestingError,
+    bounded_lines,
+    cannot_read,
+    decode_json,
+    open_binary,
+    size_text,
+    too_long_problem,
+)
 from rankgate.io.source import GZIP_ERRORS, bytes_done, data_suffix, decompressed
 from rankgate.io.validate import RawRecord
 
-__all__ = ["JsonSource", "line_record"]
+__all__ = ["JsonSource", "OversizedLine", "line_record"]
 
 LINES_SUFFIXES = (".jsonl", ".ndjson")
 _BOM = b"\xef\xbb\xbf"
@@ -30,6 +43,19 @@ def _refuse_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+# JSON arrays are read in blocks of this many bytes; an element longer than what is held so far
+# makes the next read as long again, so a long element costs linear time.
+_ARRAY_BLOCK = 1 << 20
+_SPACE = re.compile(r"[ \t\r\n]*")
+
+
+@dataclass(frozen=True, slots=True)
+class OversizedLine:
+    """A line longer than ``MAX_RECORD_BYTES`` that ``line_chunks`` reads past instead of yielding:
+    its number, and the offset of its first byte."""
+
+    line: int
+    start: int
 
 
 class JsonSource:
@@ -59,7 +85,7 @@ class JsonSource:
     @classmethod
     def from_path(cls, path: Path, total: int | None) -> JsonSource:
         lines_only = data_suffix(path) in LINES_SUFFIXES
-        source = cls(str(path), lambda: path.open("rb"), total, lines_only=lines_only)
+        source = cls(str(path), lambda: open_binary(path), total, lines_only=lines_only)
         # Only a regular file can be probed and read again; a pipe's bytes are read once.
         source.rereadable = path.is_file()
         return source
@@ -79,20 +105,28 @@ class JsonSource:
             stream = decompressed(raw)
             first_line = _skip_leading_blank(stream)
             if not self._lines_only and stream.peek(1)[:1] == b"[":
-                yield from self._array(stream.read(), first_line)
+                yield from self._array(stream, first_line)
             else:
                 yield from self._lines(stream, first_line)
         except GZIP_ERRORS as problem:
             raise InputError(
                 self.name, None, f"corrupt or truncated gzip data ({problem})"
             ) from None
+        except OSError as problem:  # an I/O error while reading (a bad disk, a vanished mount)
+            raise cannot_read(self.name, problem) from None
         finally:
             if self._owns_handle:
                 raw.close()
 
     def _lines(self, stream: IO[bytes], first_line: int) -> Iterator[RawRecord]:
         ordinal = 0
-        for number, line in enumerate(stream, start=first_line):
+        for number, (line, too_long) in enumerate(bounded_lines(stream), start=first_line):
+            if too_long:
+                ordinal += 1
+                yield RawRecord(
+                    Location(self.name, line=number), None, ordinal, problem=too_long_problem()
+                )
+                continue
             if not line.strip():
                 continue  # blank lines separate nothing and are not records
             ordinal += 1
@@ -121,80 +155,204 @@ class JsonSource:
         finally:
             raw.close()
 
-    def line_chunks(self, chunk_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+    def line_chunks(
+        self, chunk_bytes: int
+    ) -> Iterator[tuple[bytes | bytearray, int, int] | OversizedLine]:
         """The lines in chunks of about ``chunk_bytes`` that end at a line break: (bytes, number of
-        the chunk's first line, offset of the chunk in the decompressed stream)."""
+        the chunk's first line, offset of the chunk in the decompressed stream).
+
+        A line that grows past ``MAX_RECORD_BYTES`` before its line break comes as an
+        ``OversizedLine`` in its place, and is then read past without being held, so memory stays
+        within about ``MAX_RECORD_BYTES + chunk_bytes`` whatever the input. A line that ends
+        within a chunk but is still too long is left to the caller to refuse.
+        """
         raw = self._raw = self._open_raw()
         try:
             stream = decompressed(raw)
             offset = 3 if stream.peek(3)[:3] == _BOM else 0
             stream.read(offset)
             line = 1
-            pending = b""
+            # The unfinished line so far; grown in place, so a long line is not copied per block.
+            pending = bytearray()
             while True:
                 block = stream.read(chunk_bytes)
                 if not block:
                     break
-                data = pending + block
-                cut = data.rfind(b"\n") + 1
+                cut = block.rfind(b"\n") + 1
                 if cut == 0:
-                    pending = data  # a line longer than a chunk: keep reading
+                    pending += block
+                    if len(pending) > limits.MAX_RECORD_BYTES:
+                        yield OversizedLine(line, offset)
+                        skipped, rest = _skip_line(stream)
+                        offset += len(pending) + skipped
+                        line += 1
+                        whole = rest.rfind(b"\n") + 1  # lines read along with the skip's end
+                        if whole:
+                            yield bytearray(rest[:whole]), line, offset
+                            line += rest.count(b"\n", 0, whole)
+                            offset += whole
+                        pending = bytearray(rest[whole:])
                     continue
-                yield data[:cut], line, offset
-                line += data.count(b"\n", 0, cut)
-                offset += cut
-                pending = data[cut:]
+                chunk = pending
+                chunk += memoryview(block)[:cut]
+                yield chunk, line, offset
+                line += chunk.count(b"\n")
+                offset += len(chunk)
+                pending = bytearray(memoryview(block)[cut:])
             if pending:
                 yield pending, line, offset
         except GZIP_ERRORS as problem:
             raise InputError(
                 self.name, None, f"corrupt or truncated gzip data ({problem})"
             ) from None
+        except OSError as problem:
+            raise cannot_read(self.name, problem) from None
         finally:
             if self._owns_handle:
                 raw.close()
 
-    def _array(self, data: bytes, first_line: int) -> Iterator[RawRecord]:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as problem:
-            raise InputError(
-                self.name, None, f"file is not valid UTF-8 ({problem.reason})"
-            ) from None
-        position, line = 1, first_line  # just past the opening bracket
+    def _array(self, stream: IO[bytes], first_line: int) -> Iterator[RawRecord]:
+        """The elements of a JSON array, read in blocks: the file is never held whole, and an
+        element is never held past ``MAX_RECORD_BYTES``."""
+        stream.read(1)  # the opening bracket
+        text = _ArrayText(stream, self.name, first_line)
         ordinal = 0
         while True:
-            position, line = _skip_space(text, position, line)
-            if position >= len(text):
-                raise InputError(Location(self.name, line=line), None, "JSON array is not closed")
-            if text[position] == "]":
+            char = text.next_char()
+            if not char:
+                raise InputError(text.location(), None, "JSON array is not closed")
+            if char == "]":
                 break
             if ordinal:
-                if text[position] != ",":
+                if char != ",":
                     raise InputError(
-                        Location(self.name, line=line),
+                        text.location(),
                         None,
                         "not valid JSON (expected ',' or ']' after an array element)",
                     )
-                position, line = _skip_space(text, position + 1, line)
+                text.pos += 1
+                text.next_char()
             ordinal += 1
-            try:
-                value, end = _DECODER.raw_decode(text, position)
-            except ValueError as problem:
-                # Inside an array a broken element leaves no safe place to resume: stop here.
-                raise InputError(
-                    Location(self.name, line=line), None, f"not valid JSON ({_reason(problem)})"
-                ) from None
-            yield RawRecord(Location(self.name, line=line), value, ordinal)
-            line += text.count("\n", position, end)
-            position = end
-        position, line = _skip_space(text, position + 1, line)
-        if position < len(text):
+            location = text.location()
+            yield RawRecord(location, text.element(), ordinal)
+        text.pos += 1
+        if text.next_char():
             raise InputError(
-                Location(self.name, line=line),
+                text.location(),
                 None,
                 "unexpected content after the JSON array (one array per file, or use JSON Lines)",
             )
+
+
+def _skip_line(stream: IO[bytes]) -> tuple[int, bytes]:
+    """Read past the rest of a line in bounded pieces: the bytes skipped through its line break,
+    and what was read after the break."""
+    skipped = 0
+    while True:
+        block = stream.read(1 << 20)
+        if not block:
+            return skipped, b""
+        cut = block.find(b"\n") + 1
+        if cut:
+            return skipped + cut, block[cut:]
+        skipped += len(block)
+
+
+class _ArrayText:
+    """The decoded text of a JSON array, read a block at a time, with a position in it and the line
+    of that position. Text before the position is dropped now and then, so only about one element
+    is held at once."""
+
+    def __init__(self, stream: IO[bytes], name: str, line: int) -> None:
+        self._stream = stream
+        self._name = name
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self.text = ""
+        self.pos = 0
+        self.line = line
+        self.ended = False
+
+    def location(self) -> Location:
+        return Location(self._name, line=self.line)
+
+    def _more(self, at_least: int = 0) -> bool:
+        """Read at least ``at_least`` more bytes when there are; False at the end of the file."""
+        if self.ended:
+            return False
+        block = self._stream.read(max(at_least, _ARRAY_BLOCK))
+        try:
+            decoded = self._decoder.decode(block, final=not block)
+        except UnicodeDecodeError as problem:
+            raise InputError(
+                self._name, None, f"file is not valid UTF-8 ({problem.reason})"
+            ) from None
+        if not block:
+            self.ended = True
+        if self.pos > _ARRAY_BLOCK:
+            self.text = self.text[self.pos :]
+            self.pos = 0
+        self.text += decoded
+        return True
+
+    def next_char(self) -> str:
+        """The next character that is not white space ("" at the end), moving up to it."""
+        while True:
+            end = _SPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
+            self.line += self.text.count("\n", self.pos, end)
+            self.pos = end
+            if end < len(self.text):
+                return self.text[end]
+            if not self._more():
+                return ""
+
+    def element(self) -> Any:
+        """The JSON value at the position, moving past it; reads on while it may be cut short."""
+        while True:
+            start = self.pos
+            held = len(self.text) - start
+            try:
+                value, end = _DECODER.raw_decode(self.text, start)
+            except RecursionError:
+                raise InputError(self.location(), None, str(NestingError())) from None
+            except ValueError as problem:
+                # Inside an array a broken element leaves no safe place to resume: stop here.
+                if not self.ended and _maybe_cut_short(problem, self.text):
+                    self._read_on(held)
+                    continue
+                raise InputError(
+                    self.location(), None, f"not valid JSON ({_reason(problem)})"
+                ) from None
+            if end == len(self.text) and not self.ended:
+                self._read_on(held)  # a number at the very end may go on in the next block
+                continue
+            self._check_size(start, end)
+            self.line += self.text.count("\n", start, end)
+            self.pos = end
+            return value
+
+    def _read_on(self, held: int) -> None:
+        if held > limits.MAX_RECORD_BYTES:
+            raise InputError(
+                self.location(),
+                None,
+                f"array element is longer than {size_text(limits.MAX_RECORD_BYTES)} (the limit on "
+                "one record), or not closed",
+            )
+        self._more(held)
+
+    def _check_size(self, start: int, end: int) -> None:
+        chars = end - start
+        if chars * 4 > limits.MAX_RECORD_BYTES and (
+            len(self.text[start:end].encode("utf-8", "surrogatepass")) > limits.MAX_RECORD_BYTES
+        ):
+            raise InputError(self.location(), None, too_long_problem())
+
+
+def _maybe_cut_short(problem: ValueError, text: str) -> bool:
+    """Whether a decoding error may only mean the text held so far ends inside the element."""
+    if not isinstance(problem, json.JSONDecodeError):
+        return False  # NaN or Infinity: refused whatever follows
+    return problem.pos >= len(text) - 6 or problem.msg.startswith("Unterminated string")
 
 
 def _skip_leading_blank(stream: Any) -> int:
@@ -214,26 +372,22 @@ def _skip_leading_blank(stream: Any) -> int:
             return line
 
 
-def _skip_space(text: str, position: int, line: int) -> tuple[int, int]:
-    while position < len(text) and text[position] in " \t\r\n":
-        if text[position] == "\n":
-            line += 1
-        position += 1
-    return position, line
-
-
 def _reason(problem: ValueError) -> str:
     return problem.msg if isinstance(problem, json.JSONDecodeError) else str(problem)
 
 
-def line_record(name: str, line: bytes, number: int, ordinal: int) -> RawRecord:
+def line_record(name: str, line: bytes | bytearray, number: int, ordinal: int) -> RawRecord:
     """One line of JSON Lines decoded as the record reader does (``number``: its line number,
     ``ordinal``: its place among non-blank lines)."""
     location = Location(name, line=number)
+    if len(line) - line.endswith(b"\n") > limits.MAX_RECORD_BYTES:
+        return RawRecord(location, None, ordinal, problem=too_long_problem())
     try:
-        value = _DECODER.decode(line.decode("utf-8"))
+        value = decode_json(_DECODER, line.decode("utf-8"))
     except UnicodeDecodeError:
         return RawRecord(location, None, ordinal, problem="line is not valid UTF-8")
+    except NestingError as problem:
+        return RawRecord(location, None, ordinal, problem=str(problem))
     except ValueError as problem:
         return RawRecord(location, None, ordinal, problem=f"not valid JSON ({_reason(problem)})")
     return RawRecord(location, value, ordinal)

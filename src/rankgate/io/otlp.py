@@ -44,6 +44,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from rankgate.errors import ConfigError, InputError, Location, UsageError
+from rankgate.io import limits
+from rankgate.io.bounded import (
+    NestingError,
+    bounded_lines,
+    cannot_read,
+    decode_json,
+    deeper_than,
+    open_binary,
+    size_text,
+)
 from rankgate.io.source import GZIP_ERRORS, bytes_done, decompressed, file_size
 from rankgate.io.validate import RawRecord, kind_name
 
@@ -214,7 +224,7 @@ class OtlpSource:
         for path, size in zip(self.files, self._sizes, strict=True):
             self.stats.files += 1
             name = str(path)
-            with path.open("rb") as raw:
+            with open_binary(path) as raw:
                 self._raw, self._raw_size = raw, size
                 try:
                     for line, request in _requests(decompressed(raw), name):
@@ -229,6 +239,8 @@ class OtlpSource:
                     raise InputError(
                         name, None, f"corrupt or truncated gzip data ({problem})"
                     ) from None
+                except OSError as problem:
+                    raise cannot_read(name, problem) from None
             self._raw = None
             self._finished += size or 0
 
@@ -359,40 +371,74 @@ def _requests(stream: IO[bytes], name: str) -> Iterator[tuple[int, Any]]:
 
     The first non-blank line decides. If it is a complete JSON value, the file is JSON Lines. If it
     is a value cut short at the end of the line, the file is one (pretty-printed) document. Anything
-    else is a broken first line, reported there.
+    else is a broken first line, reported there. One request may be at most ``MAX_RECORD_BYTES``
+    long and nest ``MAX_NESTING_DEPTH`` deep: a longer one stops the run (it holds an unknown
+    number of spans, so there is nothing to skip).
     """
+    lines = bounded_lines(stream)
     number = 0
     first = ""
-    for number, line in enumerate(stream, start=1):
+    for number, (line, too_long) in enumerate(lines, start=1):
+        if too_long:
+            raise _too_long(name, number)
         first = _text(line, name, number, strip_bom=number == 1)
         if first.strip():
             break
     if not first.strip():
         return  # an empty export holds no spans
     try:
-        value = _DECODER.decode(first)
+        value = _decode(first)
+    except NestingError as problem:
+        raise InputError(Location(name, line=number), None, str(problem)) from None
     except ValueError as problem:
         if not _cut_short(problem, first):
             raise _json_error(name, number, problem) from None
-        rest = stream.read()
+        room = limits.MAX_RECORD_BYTES - len(first)
+        rest = stream.read(room + 1)
+        if len(rest) > room:
+            raise _too_long(name, number) from None
         whole = first + _text(rest, name, number + 1, strip_bom=False)
         try:
-            value = _DECODER.decode(whole)
+            value = _decode(whole)
+        except NestingError as problem:
+            raise InputError(Location(name, line=number), None, str(problem)) from None
         except ValueError as problem:
             at = number + (problem.lineno - 1 if isinstance(problem, json.JSONDecodeError) else 0)
             raise _json_error(name, at, problem) from None
         yield number, value
         return
     yield number, value
-    for later, line in enumerate(stream, start=number + 1):
+    for later, (line, too_long) in enumerate(lines, start=number + 1):
+        if too_long:
+            raise _too_long(name, later)
         text = _text(line, name, later, strip_bom=False)
         if not text.strip():
             continue
         try:
-            value = _DECODER.decode(text)
+            value = _decode(text)
+        except NestingError as problem:
+            raise InputError(Location(name, line=later), None, str(problem)) from None
         except ValueError as problem:
             raise _json_error(name, later, problem) from None
         yield later, value
+
+
+def _decode(text: str) -> Any:
+    """One request decoded, its nesting bounded: attribute values nest (``kvlistValue``), and
+    reading them recurses."""
+    value = decode_json(_DECODER, text)
+    if deeper_than(value, limits.MAX_NESTING_DEPTH):
+        raise NestingError()
+    return value
+
+
+def _too_long(name: str, line: int) -> InputError:
+    return InputError(
+        Location(name, line=line),
+        None,
+        f"OTLP request is longer than {size_text(limits.MAX_RECORD_BYTES)} (the limit on one "
+        "record); export in smaller batches",
+    )
 
 
 def _text(data: bytes, name: str, line: int, *, strip_bom: bool) -> str:
@@ -408,9 +454,12 @@ def _cut_short(problem: ValueError, text: str) -> bool:
     return isinstance(problem, json.JSONDecodeError) and problem.pos >= len(text.rstrip())
 
 
+def _reason(problem: ValueError) -> str:
+    return problem.msg if isinstance(problem, json.JSONDecodeError) else str(problem)
+
+
 def _json_error(name: str, line: int, problem: ValueError) -> InputError:
-    reason = problem.msg if isinstance(problem, json.JSONDecodeError) else str(problem)
-    return InputError(Location(name, line=line), None, f"not valid JSON ({reason})")
+    return InputError(Location(name, line=line), None, f"not valid JSON ({_reason(problem)})")
 
 
 def _spans(
@@ -624,10 +673,12 @@ def _genai_documents(value: Any) -> list[tuple[str, Mapping[str, Any]]]:
     """``gen_ai.retrieval.documents``, structured or as JSON text, in rank order (list order)."""
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as problem:
+            value = decode_json(_DECODER, value)
+        except NestingError as problem:
+            raise _SpanProblem(f"{GENAI_DOCUMENTS}: {problem}") from None
+        except ValueError as problem:
             raise _SpanProblem(
-                f"{GENAI_DOCUMENTS}: text is not valid JSON ({problem.msg})"
+                f"{GENAI_DOCUMENTS}: text is not valid JSON ({_reason(problem)})"
             ) from None
     if not isinstance(value, list):
         raise _SpanProblem(
@@ -648,9 +699,11 @@ def _metadata(where: str, value: Any) -> Mapping[str, Any]:
         return {}
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError as problem:
-            raise _SpanProblem(f"{where} metadata is not valid JSON ({problem.msg})") from None
+            value = decode_json(_DECODER, value)
+        except NestingError as problem:
+            raise _SpanProblem(f"{where} metadata: {problem}") from None
+        except ValueError as problem:
+            raise _SpanProblem(f"{where} metadata is not valid JSON ({_reason(problem)})") from None
     if not isinstance(value, dict):
         raise _SpanProblem(f"{where} metadata: expected an object, got {kind_name(value)}")
     return value

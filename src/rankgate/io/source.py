@@ -5,12 +5,15 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
+from urllib.parse import quote
 
-from rankgate.errors import UsageError
+from rankgate.errors import InputError, UsageError
+from rankgate.io.bounded import cannot_read, open_binary
 from rankgate.io.validate import RawRecord
 
 __all__ = [
@@ -20,9 +23,18 @@ __all__ = [
     "bytes_done",
     "decompressed",
     "detect_format",
+    "refuse_otlp_export",
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+PARQUET_MAGIC = b"PAR1"
+# An OTLP/JSON export is one object whose first key is resourceSpans (protobuf's JSON mapping
+# writes fields in order; the proto name is accepted too). Only the head of the file is looked at.
+_OTLP_HEAD = re.compile(
+    rb'\A(?:\xef\xbb\xbf)?[ \t\r\n]*\{[ \t\r\n]*"(?:resourceSpans|resource_spans)"'
+)
+_OTLP_PROBE_BYTES = 4096
 # What a corrupt or truncated gzip stream raises while it is being read.
 GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
 
@@ -67,15 +79,53 @@ def detect_format(path: Path) -> str:
 
     A pipe or FIFO (``<(cmd)``, ``/dev/stdin``) is never probed, since what a probe reads is gone:
     without a telling name it is read as JSON, whose reader handles gzip and both shapes itself.
+    An SQLite database is refused whatever its name, with the store URL that reads it.
     """
+    head = b""
+    if path.is_file():
+        with open_binary(path) as probe:
+            try:
+                head = probe.read(len(SQLITE_MAGIC))
+            except OSError as problem:
+                raise cannot_read(path, problem) from None
+    if head.startswith(SQLITE_MAGIC):
+        raise InputError(
+            str(path),
+            None,
+            "is an SQLite database, not a trace file; to read a rankgate trace store, pass "
+            f"{sqlite_url(path)}",
+        )
     suffix = data_suffix(path)
     if suffix in _SUFFIXES:
         return _SUFFIXES[suffix]
-    if path.is_file():
-        with path.open("rb") as probe:
-            if probe.read(4) == b"PAR1":
-                return "parquet"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
     return "json"
+
+
+def sqlite_url(path: Path) -> str:
+    """The store URL of an SQLite file, in the form ``store.backends.connect`` reads: three slashes
+    and the path as given, so an absolute path gives four (``sqlite:////abs/traces.db``)."""
+    return "sqlite:///" + quote(str(path), safe="/~:@+=,")
+
+
+def refuse_otlp_export(path: Path) -> None:
+    """An ``InputError`` when a file to be read as trace records is an OTLP/JSON export, which
+    would otherwise be read as one record without a ranking. Only regular files are probed."""
+    if not path.is_file():
+        return
+    with open_binary(path) as raw:
+        try:
+            head = decompressed(raw).peek(_OTLP_PROBE_BYTES)[:_OTLP_PROBE_BYTES]
+        except (OSError, *GZIP_ERRORS):
+            return  # the reader itself reports an unreadable or corrupt file
+    if _OTLP_HEAD.match(head):
+        raise InputError(
+            str(path),
+            None,
+            "looks like an OpenTelemetry (OTLP) trace export (it holds resourceSpans), not trace "
+            "records; pass --input-format otlp to read its retriever spans",
+        )
 
 
 def require_file(path: Path) -> None:

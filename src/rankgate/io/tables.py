@@ -11,16 +11,17 @@ import csv
 import re
 from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rankgate.errors import InputError, Location, UsageError
+from rankgate.io import limits
+from rankgate.io.bounded import bounded_lines, cannot_read, open_binary, too_long_problem
 from rankgate.io.source import GZIP_ERRORS, bytes_done, decompressed
 from rankgate.io.validate import RawRecord
 
 __all__ = ["ArrowSource", "CsvSource", "RecordsSource", "arrow_table"]
 
 BATCH_ROWS = 8192
-CSV_CELL_LIMIT = 1 << 30
 
 
 class ArrowSource:
@@ -83,20 +84,31 @@ class ArrowSource:
     def reread(self, rows: Any) -> list[RawRecord]:
         """The records at these 0-based row numbers, read again (for fields fetched on demand)."""
         import numpy as np
+        import pyarrow as pa
 
         indices = np.asarray(rows, dtype=np.int64)
         if self._table is not None:
             picked = self._table.take(indices)
         else:
             assert self._path is not None
-            picked = _take_parquet_rows(_open_parquet(self._path), indices)
+            try:
+                picked = _take_parquet_rows(_open_parquet(self._path), indices)
+            except (OSError, pa.ArrowException) as unreadable:  # a page that reads badly now
+                raise InputError(
+                    self.name, None, f"cannot read Parquet data ({unreadable})"
+                ) from None
         records = []
-        for number, (value, problem) in zip(
+        for number, (value, problem, field) in zip(
             (indices + 1).tolist(), _rows_of_table(picked), strict=True
         ):
             records.append(
                 RawRecord(
-                    Location(self.name, row=number), value, number, problem=problem, from_table=True
+                    Location(self.name, row=number),
+                    value,
+                    number,
+                    problem=problem,
+                    from_table=True,
+                    problem_field=field,
                 )
             )
         return records
@@ -107,10 +119,15 @@ class ArrowSource:
     def __iter__(self) -> Iterator[RawRecord]:
         row = 0
         for batch in self.batches():
-            for value, row_problem in _rows(batch):
+            for value, row_problem, field in _rows(batch):
                 row += 1
                 yield RawRecord(
-                    Location(self.name, row=row), value, row, problem=row_problem, from_table=True
+                    Location(self.name, row=row),
+                    value,
+                    row,
+                    problem=row_problem,
+                    from_table=True,
+                    problem_field=field,
                 )
 
 
@@ -119,6 +136,10 @@ def _open_parquet(path: Path) -> Any:
 
     try:
         return pq.ParquetFile(path)
+    except OSError as problem:
+        if problem.errno is not None:  # the system refused (permission, a vanished file)
+            raise cannot_read(path, problem) from None
+        raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
     except Exception as problem:  # pyarrow raises several types for a file that is not Parquet
         raise InputError(str(path), None, f"cannot read as Parquet ({problem})") from None
 
@@ -160,28 +181,42 @@ def _take_parquet_rows(parquet: Any, indices: Any) -> Any:
     return merged.take(position)
 
 
-def _rows_of_table(table: Any) -> Iterator[tuple[Any, str | None]]:
+def _rows_of_table(table: Any) -> Iterator[tuple[Any, str | None, str | None]]:
     for batch in table.to_batches():
         yield from _rows(batch)
 
 
-def _rows(batch: Any) -> Iterator[tuple[Any, str | None]]:
-    """A batch's rows as dicts; a row whose map column repeats a key becomes a located problem."""
+def _rows(batch: Any) -> Iterator[tuple[Any, str | None, str | None]]:
+    """A batch's rows as dicts; a row whose map column repeats a key, or whose text is not valid
+    UTF-8 (Arrow does not check it when a file is read), becomes a located problem."""
     try:
-        yield from ((value, None) for value in batch.to_pylist(maps_as_pydicts="strict"))
+        yield from ((value, None, None) for value in batch.to_pylist(maps_as_pydicts="strict"))
         return
-    except KeyError:
-        pass  # some row repeats a map key: find which, row by row
+    except (KeyError, UnicodeDecodeError):
+        pass  # some row is bad: find which, row by row
     for index in range(batch.num_rows):
+        row = batch.slice(index, 1)
         try:
-            (value,) = batch.slice(index, 1).to_pylist(maps_as_pydicts="strict")
+            (value,) = row.to_pylist(maps_as_pydicts="strict")
         except KeyError as problem:
             # pyarrow names the key inside a sentence: "... (duplicate key was 'a')."
             said = str(problem.args[0]) if problem.args else ""
             key = re.search(r"duplicate key was (.*)\)", said)
-            yield None, f"a map column repeats the key {key.group(1) if key else said}"
+            yield None, f"a map column repeats the key {key.group(1) if key else said}", None
+        except UnicodeDecodeError:
+            yield None, "text is not valid UTF-8", _undecodable_column(row)
         else:
-            yield value, None
+            yield value, None, None
+
+
+def _undecodable_column(row: Any) -> str:
+    """The first column of a one-row batch whose text cannot be decoded."""
+    for name, column in zip(row.schema.names, row.columns, strict=True):
+        try:
+            column.to_pylist()
+        except UnicodeDecodeError:
+            return str(name)
+    return "?"
 
 
 class CsvSource:
@@ -198,12 +233,14 @@ class CsvSource:
         self._delimiter = delimiter
         self._raw: Any = None
         self._line = 0
+        self._row_line = 1  # where the row being read starts
+        self._row_started = True  # the next line read starts a row
 
     def done(self) -> int:
         return bytes_done(self._raw, self.total)
 
     def __iter__(self) -> Iterator[RawRecord]:
-        with self._path.open("rb") as raw:
+        with open_binary(self._path) as raw:
             self._raw = raw
             try:
                 reader = csv.reader(
@@ -218,10 +255,23 @@ class CsvSource:
                 raise InputError(
                     self.name, None, f"corrupt or truncated gzip data ({problem})"
                 ) from None
+            except OSError as problem:
+                raise cannot_read(self.name, problem) from None
 
-    def _decoded_lines(self, stream: Iterable[bytes]) -> Iterator[str]:
-        for number, line in enumerate(stream, start=1):
+    def _decoded_lines(self, stream: IO[bytes]) -> Iterator[str]:
+        # A row may span lines (a quoted cell holding line breaks): its bytes are bounded as a
+        # whole, and past the bound the file stops here, since the rest of a row that long (most
+        # often a quote never closed) leaves no line where reading can safely go on.
+        row_bytes = 0
+        for number, (line, too_long) in enumerate(bounded_lines(stream), start=1):
             self._line = number
+            row_bytes = 0 if self._row_started else row_bytes
+            self._row_started = False
+            row_bytes += len(line)
+            if too_long or row_bytes > limits.MAX_RECORD_BYTES:
+                raise InputError(
+                    Location(self.name, line=self._row_line or number), None, too_long_problem()
+                )
             try:
                 yield line.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError:
@@ -230,15 +280,19 @@ class CsvSource:
                 ) from None
 
     def _rows(self, reader: Iterator[list[str]]) -> Iterator[RawRecord]:
+        self._row_line = 1
+        self._row_started = True
         header = next(reader, None)
         if header is None:
             return
+        self._check_header(header)
         ordinal = 0
         while True:
-            starts_at = self._line + 1
+            starts_at = self._row_line = self._line + 1
+            self._row_started = True
             # A ranking of thousands of IDs makes a cell longer than the csv module's default limit
             # (128 KiB). Raise it only while this reader parses, and put it back: it is process-wide.
-            previous_limit = csv.field_size_limit(CSV_CELL_LIMIT)
+            previous_limit = csv.field_size_limit(limits.MAX_RECORD_BYTES)
             try:
                 row = next(reader, None)
             finally:
@@ -249,16 +303,47 @@ class CsvSource:
                 continue  # a blank line is not a record
             ordinal += 1
             location = Location(self.name, line=starts_at)
-            if len(row) > len(header):
-                problem = "row has more cells than the header has columns"
-                yield RawRecord(location, None, ordinal, problem=problem)
+            if len(row) != len(header):
+                yield _wrong_width(location, ordinal, row, header)
                 continue
-            # Writers often leave off trailing empty cells: a short row's missing cells are missing.
-            cells = row + [""] * (len(header) - len(row))
             value = {
-                key: (cell if cell != "" else None) for key, cell in zip(header, cells, strict=True)
+                key: (cell if cell != "" else None) for key, cell in zip(header, row, strict=True)
             }
             yield RawRecord(location, value, ordinal, from_table=True)
+
+    def _check_header(self, header: list[str]) -> None:
+        """Refuse a header that names a column twice: one of the two would be lost unseen."""
+        seen: dict[str, int] = {}
+        for number, name in enumerate(header, start=1):
+            if name in seen:
+                raise InputError(
+                    Location(self.name, line=1),
+                    name,
+                    f"the header names this column twice (columns {seen[name]} and {number})",
+                )
+            seen[name] = number
+
+
+def _wrong_width(location: Location, ordinal: int, row: list[str], header: list[str]) -> RawRecord:
+    """A row whose cells do not line up with the header's columns: which column is wrong is
+    unknowable, so the row is refused (an empty cell is how a CSV says "missing")."""
+    if len(row) > len(header):
+        return RawRecord(
+            location,
+            None,
+            ordinal,
+            problem="row has more cells than the header has columns",
+        )
+    return RawRecord(
+        location,
+        None,
+        ordinal,
+        problem=(
+            f"row has {len(row)} {'cell' if len(row) == 1 else 'cells'}, the header has "
+            f"{len(header)} columns (write an empty cell for a missing value)"
+        ),
+        problem_field=header[len(row)],
+    )
 
 
 class RecordsSource:
@@ -295,6 +380,35 @@ def arrow_table(data: Any) -> Any | None:
     if module == "pandas":
         try:
             return pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as problem:
+        except pa.ArrowException:
+            pass
+        # Arrow maps take text keys only, while a dict record may key its grades by integer IDs
+        # (17 and "17" name one document): give such keys their decimal text, as the validator
+        # does for a dict, and convert again.
+        try:
+            return pa.Table.from_pandas(_text_keyed(data), preserve_index=False)
+        except pa.ArrowException as problem:
             raise UsageError(f"cannot convert the DataFrame to Arrow: {problem}") from None
     return None
+
+
+def _text_keyed(frame: Any) -> Any:
+    """``frame`` with every dict cell of an object column keyed by text: integer keys (Python or
+    numpy, never bool) become their decimal string. Other columns and cells are left as they are."""
+    import numbers
+
+    def key_text(key: Any) -> Any:
+        if isinstance(key, numbers.Integral) and not isinstance(key, bool):
+            return str(int(key))
+        return key
+
+    def rekeyed(cell: Any) -> Any:
+        if isinstance(cell, dict):
+            return {key_text(key): value for key, value in cell.items()}
+        return cell
+
+    converted = frame.copy(deep=False)
+    for name in frame.columns:
+        if frame[name].dtype == object:
+            converted[name] = frame[name].map(rekeyed)
+    return converted

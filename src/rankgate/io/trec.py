@@ -18,9 +18,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rankgate.errors import InputError, Location
+from rankgate.io import limits
+from rankgate.io.bounded import (
+    bounded_lines,
+    cannot_read,
+    open_binary,
+    size_text,
+    too_long_problem,
+    utf8_length,
+)
+from rankgate.io.source import GZIP_ERRORS, decompressed
 from rankgate.io.validate import RawRecord
 
-__all__ = ["TrecSource", "read_qrels"]
+__all__ = ["QRELS_COLUMNS", "TrecSource", "looks_like_qrels", "read_qrels"]
+
+QRELS_COLUMNS = 4
+# How much of a file ``looks_like_qrels`` reads to decide.
+_PROBE_BYTES = 64 * 1024
 
 
 class TrecSource:
@@ -74,38 +88,90 @@ class TrecSource:
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, float]]:
-    """Query ID -> document ID -> grade, from a TREC qrels file."""
+    """Query ID -> document ID -> grade, from a TREC qrels file (plain or gzip)."""
     labels: dict[str, dict[str, float]] = {}
     for number, parts in _lines(path):
-        if len(parts) != 4:
-            raise InputError(
-                Location(str(path), line=number),
-                None,
-                "qrels line needs: qid iteration docno relevance",
-            )
+        where = Location(str(path), line=number)
+        if len(parts) != QRELS_COLUMNS:
+            raise InputError(where, None, "qrels line needs: qid iteration docno relevance")
         qid, _, docno, raw_grade = parts
         try:
             grade = float(raw_grade)
         except ValueError:
             grade = math.nan
         if not math.isfinite(grade):
+            raise InputError(where, "relevance", f"expected a number, got {_clip(raw_grade)}")
+        for field_name, identifier in (("qid", qid), ("docno", docno)):
+            if utf8_length(identifier) > limits.MAX_ID_BYTES:
+                raise InputError(
+                    where,
+                    field_name,
+                    f"ID is {utf8_length(identifier):,} bytes, more than the limit of "
+                    f"{size_text(limits.MAX_ID_BYTES)}",
+                )
+        grades = labels.setdefault(qid, {})
+        if docno not in grades and len(grades) >= limits.MAX_LABELS_PER_QUERY:
             raise InputError(
-                Location(str(path), line=number),
-                "relevance",
-                f"expected a number, got {raw_grade!r}",
+                where,
+                "docno",
+                f"query {_clip(qid)} has more than {limits.MAX_LABELS_PER_QUERY:,} labels "
+                "(the limit on one query)",
             )
-        labels.setdefault(qid, {})[docno] = float(max(math.trunc(grade), 0))
+        grades[docno] = float(max(math.trunc(grade), 0))
     return labels
 
 
-def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
+def looks_like_qrels(path: Path) -> bool:
+    """Whether a file is laid out as TREC qrels, whatever its name: its first non-blank line has
+    four white-space separated columns and the last is a number (``qid iter docno rel``).
+
+    No trace format starts that way: JSON starts with ``{`` or ``[``, a CSV or TSV file with a
+    header line, whose last column is a name, and Parquet with ``PAR1``.
+    """
+    if not path.is_file():
+        return False
     try:
-        with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                parts = line.split()
+        with open_binary(path) as raw:
+            head = decompressed(raw).read(_PROBE_BYTES)
+    except (InputError, OSError, *GZIP_ERRORS):
+        return False  # the reader chosen reports it
+    for line in head.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != QRELS_COLUMNS or parts[0][:1] in (b"{", b"["):
+            return False
+        try:
+            return math.isfinite(float(parts[3]))
+        except ValueError:
+            return False
+    return False
+
+
+def _clip(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """The white-space separated columns of each non-blank line, in bounded memory."""
+    try:
+        with open_binary(path) as raw:
+            stream = decompressed(raw)
+            for number, (line, too_long) in enumerate(bounded_lines(stream), start=1):
+                if too_long:
+                    raise InputError(Location(str(path), line=number), None, too_long_problem())
+                try:
+                    text = line.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as problem:
+                    raise InputError(
+                        Location(str(path), line=number),
+                        None,
+                        f"line is not valid UTF-8 ({problem.reason})",
+                    ) from None
+                parts = text.split()
                 if parts:
                     yield number, parts
-    except UnicodeDecodeError as problem:
-        raise InputError(str(path), None, f"file is not valid UTF-8 ({problem.reason})") from None
+    except GZIP_ERRORS as problem:
+        raise InputError(str(path), None, f"corrupt or truncated gzip data ({problem})") from None
     except OSError as problem:
-        raise InputError(str(path), None, f"cannot read ({problem.strerror})") from None
+        raise cannot_read(path, problem) from None

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from rankgate.errors import ConfigError, InputError, Location
+from rankgate.io import limits
+from rankgate.io.bounded import NestingError, decode_json, deeper_than, size_text, utf8_length
 
 __all__ = ["FieldMap", "RawRecord", "Trace", "validate_record"]
 
@@ -31,7 +33,8 @@ class RawRecord:
     """One record as a reader decoded it.
 
     ``problem`` is set (and ``value`` is None) when the reader could not decode the record at all,
-    so that ``--on-invalid skip`` can count it like any other invalid record. ``from_table`` is set
+    so that ``--on-invalid skip`` can count it like any other invalid record (``problem_field``
+    names the field or column it concerns, when one does). ``from_table`` is set
     by table readers (CSV, Parquet, DataFrames), whose cells differ from JSON values in two ways: a
     null is a missing value (an empty cell, an absent struct field), and a list or map may arrive as
     JSON text in a string cell.
@@ -42,6 +45,7 @@ class RawRecord:
     ordinal: int
     problem: str | None = None
     from_table: bool = False
+    problem_field: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,7 @@ class Trace:
 
 
 _MISSING = object()
+_CELL_DECODER = json.JSONDecoder()
 
 
 def validate_record(
@@ -110,10 +115,12 @@ def validate_record(
     if isinstance(raw.value, Trace):
         return raw.value
     if raw.problem is not None:
-        raise InputError(raw.location, None, raw.problem)
+        raise InputError(raw.location, raw.problem_field, raw.problem)
     record = raw.value
     if not isinstance(record, dict):
         raise InputError(raw.location, None, f"expected an object, got {kind_name(record)}")
+    if deeper_than(record, limits.MAX_NESTING_DEPTH):
+        raise InputError(raw.location, None, str(NestingError()))
 
     container, prefix = record, ""
     nested = record.get(NESTED_INPUT_KEY)
@@ -136,22 +143,42 @@ def validate_record(
     retrieved_raw = lookup(fields.retrieved_ids, may_be_json_text=True)
     if retrieved_raw is _MISSING or (retrieved_raw is None and raw.from_table):
         if require_ranking:
+            if "resourceSpans" in record or "resource_spans" in record:
+                raise InputError(raw.location, None, OTLP_RECORD_PROBLEM)
             raise InputError(raw.location, named(fields.retrieved_ids), "required field is missing")
         retrieved_raw = []
+    if isinstance(retrieved_raw, (list, tuple)):
+        _check_count(
+            len(retrieved_raw),
+            limits.MAX_IDS_PER_RANKING,
+            "IDs",
+            raw.location,
+            named(fields.retrieved_ids),
+        )
     retrieved = _id_list(retrieved_raw, raw.location, named(fields.retrieved_ids))
 
     relevant_raw = lookup(fields.relevant_ids, may_be_json_text=True)
+    scores_raw = lookup(fields.relevance_scores, may_be_json_text=True)
+    # Counted before any item is looked at: a million-label record costs nothing to refuse.
+    label_count = sum(
+        len(v) for v in (relevant_raw, scores_raw) if isinstance(v, (list, tuple, dict))
+    )
+    if label_count > limits.MAX_LABELS_PER_QUERY:
+        too_many = named(
+            fields.relevance_scores if isinstance(scores_raw, dict) else fields.relevant_ids
+        )
+        raise InputError(
+            raw.location,
+            too_many,
+            f"query holds {label_count:,} labels (relevant_ids plus relevance_scores), more than "
+            f"the limit of {limits.MAX_LABELS_PER_QUERY:,}",
+        )
     relevant = (
         None
         if relevant_raw is _MISSING or relevant_raw is None
         else _id_list(relevant_raw, raw.location, named(fields.relevant_ids))
     )
-    scores = _grades(
-        lookup(fields.relevance_scores, may_be_json_text=True),
-        raw.location,
-        named(fields.relevance_scores),
-        raw.from_table,
-    )
+    scores = _grades(scores_raw, raw.location, named(fields.relevance_scores), raw.from_table)
     grades: dict[str, float] | None = None
     if relevant is not None or scores is not None:
         grades = dict.fromkeys(relevant or (), 1.0)
@@ -163,7 +190,49 @@ def validate_record(
     attributes = {key: value for key, value in container.items() if key not in used}
     if container is not record:
         attributes.update((key, value) for key, value in record.items() if key != NESTED_INPUT_KEY)
+    if not raw.from_table:
+        # Table cells are typed columns read in bounded batches (a CSV row by the record bound),
+        # and a columnar read never looks at the columns it does not need, so the text bound is
+        # one of JSON records only: a record path and a columnar path must refuse the same rows.
+        _check_text(attributes, raw.location)
     return Trace(raw.location, query_id, retrieved, grades, attributes)
+
+
+OTLP_RECORD_PROBLEM = (
+    "looks like an OpenTelemetry (OTLP) trace export (it holds resourceSpans), not a trace "
+    "record; pass --input-format otlp to read its retriever spans"
+)
+
+
+def _check_count(count: int, limit: int, what: str, location: Location, field_name: str) -> None:
+    if count > limit:
+        raise InputError(
+            location, field_name, f"holds {count:,} {what}, more than the limit of {limit:,}"
+        )
+
+
+def _check_text(attributes: Mapping[Any, Any], location: Location) -> None:
+    """Every top-level text value (and field name) within ``MAX_TEXT_BYTES``."""
+    limit = limits.MAX_TEXT_BYTES
+    for key, value in attributes.items():
+        name = key if isinstance(key, str) else str(key)
+        if isinstance(key, str) and len(key) > limit // 4 and utf8_length(key) > limit:
+            raise InputError(
+                location,
+                _short_text(key),
+                f"field name is {utf8_length(key):,} bytes, more than the limit of "
+                f"{size_text(limit)}",
+            )
+        if isinstance(value, str) and len(value) > limit // 4 and utf8_length(value) > limit:
+            raise InputError(
+                location,
+                name,
+                f"text is {utf8_length(value):,} bytes, more than the limit of {size_text(limit)}",
+            )
+
+
+def _short_text(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def lookup_path(container: Mapping[str, Any], path: str) -> Any:
@@ -210,7 +279,9 @@ def _decoded_text(value: Any, location: Location, field_name: str) -> Any:
     """CSV cells and text columns carry lists and maps as JSON text; decode them here."""
     if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
         try:
-            return json.loads(value)
+            return decode_json(_CELL_DECODER, value)
+        except NestingError as problem:
+            raise InputError(location, field_name, str(problem)) from None
         except json.JSONDecodeError as problem:
             raise InputError(
                 location, field_name, f"text is not valid JSON ({problem.msg})"
@@ -225,12 +296,39 @@ def _document_id(value: Any, location: Location, field_name: str) -> str:
     if isinstance(value, str):
         if not value:
             raise InputError(location, field_name, "document ID is an empty string")
+        _check_id_bytes(value, location, field_name)
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        return _integer_text(value, location, field_name)
     raise InputError(
         location, field_name, f"expected a string or integer ID, got {kind_name(value)}"
     )
+
+
+def _check_id_bytes(value: str, location: Location, field_name: str) -> None:
+    limit = limits.MAX_ID_BYTES
+    if len(value) > limit // 4 and utf8_length(value) > limit:
+        raise InputError(
+            location,
+            field_name,
+            f"ID is {utf8_length(value):,} bytes, more than the limit of {size_text(limit)}",
+        )
+
+
+def _integer_text(value: int, location: Location, field_name: str) -> str:
+    # Python refuses str() of an int past sys.get_int_max_str_digits() with a ValueError; any
+    # such int is far past the ID limit anyway.
+    try:
+        text = str(value)
+    except ValueError:
+        text = ""
+    if not text or len(text) > limits.MAX_ID_BYTES:
+        raise InputError(
+            location,
+            field_name,
+            f"integer ID has more digits than the limit of {size_text(limits.MAX_ID_BYTES)}",
+        )
+    return text
 
 
 def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
@@ -239,13 +337,14 @@ def _id_list(value: Any, location: Location, field_name: str) -> list[str]:
     if not isinstance(value, list):
         raise InputError(location, field_name, f"expected a list of IDs, got {kind_name(value)}")
     # Fast path for the usual all-text list: join checks every item is a str in C, far quicker
-    # than a Python-level check per ID on 100-document rankings.
+    # than a Python-level check per ID on 100-document rankings; so does max(map(len)) for the
+    # byte limit, which only a long ID (a quarter of the limit in characters) must be measured for.
     try:
         "".join(value)
     except TypeError:
         pass
     else:
-        if "" not in value:
+        if "" not in value and max(map(len, value), default=0) <= limits.MAX_ID_BYTES // 4:
             return list(value)
     return [_document_id(item, location, f"{field_name}[{i}]") for i, item in enumerate(value)]
 
@@ -302,9 +401,10 @@ def _query_id(value: Any, raw: RawRecord, field_name: str, required: bool) -> st
         # Records without an ID are still scored; they are named by their position in the input.
         return f"#{raw.ordinal}"
     if isinstance(value, str) and value:
+        _check_id_bytes(value, raw.location, field_name)
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        return _integer_text(value, raw.location, field_name)
     got = "an empty string" if value == "" else kind_name(value)
     raise InputError(
         raw.location, field_name, f"expected a non-empty string or an integer, got {got}"
