@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 CORE   := $(VENV)/.rankgate-core
 DEV    := $(VENV)/.rankgate-dev
 
-.PHONY: demo test check lint typecheck docs clean bench bench-store
+.PHONY: demo test check lint typecheck docs clean bench bench-store fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ test: $(DEV) check
 	$(BIN)/python -m pytest
 
 check: lint typecheck
+
+## fuzz: the adversarial suite (hostile records through every reader, hostile requests to the
+## monitor) with many more generated examples than `make test` runs (FUZZ_EXAMPLES per reader)
+FUZZ_EXAMPLES ?= 30
+fuzz: $(DEV)
+	RANKGATE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/adversarial -q
 
 lint: $(DEV)
 	$(BIN)/ruff check src tests examples bench

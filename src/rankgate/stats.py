@@ -71,7 +71,8 @@ def derived_seed(*parts: object) -> int:
     # FNV-1a over the parts' text. It starts from 0 rather than FNV's offset basis: changing that
     # now would move every interval users have already recorded.
     digest = 0
-    for byte in "|".join(map(str, parts)).encode("utf-8"):
+    # surrogatepass: a segment value may hold a lone surrogate from a trace; it still needs a seed.
+    for byte in "|".join(map(str, parts)).encode("utf-8", "surrogatepass"):
         digest = ((digest ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return digest
 

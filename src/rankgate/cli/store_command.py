@@ -23,7 +23,7 @@ from rankgate.cli.options import fields_from
 from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.errors import InputError, UsageError
 from rankgate.io import FORMATS, FieldMap, open_source, validate_record
-from rankgate.labels import LabelReading, judgments_of, read_judgments
+from rankgate.labels import LABEL_FORMATS, Judgment, LabelReading, judgments_of, read_judgments
 from rankgate.store.backends import (
     LOCK_WAIT_SECONDS,
     SCHEMA_VERSION,
@@ -79,7 +79,7 @@ def add_parsers(commands: Any) -> None:
     importer.add_argument(
         "--no-labels", action="store_true", help="store only the traces, not their labels"
     )
-    _common(importer)
+    _common(importer, FORMATS[:4])
     importer.set_defaults(handler=run_trace_import)
 
     label = commands.add_parser(
@@ -106,7 +106,7 @@ def add_parsers(commands: Any) -> None:
         metavar="NAME",
         help="who or what gave labels whose records do not say (default: the file name)",
     )
-    _common(labels)
+    _common(labels, LABEL_FORMATS)
     labels.set_defaults(handler=run_label_import)
 
     store = commands.add_parser("store", help="create or inspect a trace store", allow_abbrev=False)
@@ -177,8 +177,8 @@ def _connect_for_import(url: str, args: argparse.Namespace) -> Backend:
         raise StoreUnavailable(f"{problem} (--lock-timeout SECONDS waits longer)") from None
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input-format", choices=FORMATS[:4], help="override detection")
+def _common(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
+    parser.add_argument("--input-format", choices=formats, help="override detection")
     parser.add_argument(
         "--field",
         action="append",
@@ -274,6 +274,16 @@ class _TraceImport:
                     value = attributes.get(args.variant_field)
                     variant = None if value is None else str(value)
                 judgments = [] if args.no_labels else list(judgments_of(trace, args.file))
+                _require_storable(
+                    raw.location,
+                    {
+                        "query_id": trace.query_id,
+                        "retrieved_ids": trace.retrieved_ids,
+                        "variant": variant,
+                        "relevance_scores": [j.document_id for j in judgments],
+                        **attributes,
+                    },
+                )
             except InputError:
                 if self.on_invalid == "fail":
                     raise
@@ -301,6 +311,29 @@ class _TraceImport:
                 yield LabelRow(j.query_id, j.document_id, j.grade, j.labeled_at, j.source)
 
 
+def _require_storable(location: Any, values: dict[str, Any]) -> None:
+    """Refuse text a store cannot hold. JSON may carry lone surrogates (``"\\ud800"``), which are
+    not Unicode text, so neither SQLite nor PostgreSQL can keep them; ``eval`` of the file scores
+    such IDs as written, but a store needs them fixed at the source."""
+    for name, value in values.items():
+        try:
+            json.dumps([name, value], ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = name.encode("utf-8", "backslashreplace").decode("utf-8")
+            raise InputError(
+                location, shown, "holds a lone surrogate, which is not text a store can keep"
+            ) from None
+
+
+def _storable(judgments: Iterable[Judgment], source: str) -> Iterator[Judgment]:
+    for judgment in judgments:
+        _require_storable(
+            f"{source} (query {judgment.query_id!r})",
+            {"query_id": judgment.query_id, "document_id": judgment.document_id},
+        )
+        yield judgment
+
+
 def _time(value: Any, location: Any, field_name: str) -> datetime:
     try:
         return parse_time(value, field_name)
@@ -325,7 +358,7 @@ def run_label_import(args: argparse.Namespace) -> int:
     queries: set[str] = set()
     stored = 0
     try:
-        for chunk in _chunks(judgments, WRITE_BATCH):
+        for chunk in _chunks(_storable(judgments, args.file), WRITE_BATCH):
             backend.upsert_labels(
                 [
                     LabelRow(j.query_id, j.document_id, j.grade, j.labeled_at, j.source)
