@@ -669,7 +669,9 @@ class _LabelBook:
             for judgment in read_judgments(
                 data,
                 fields=self.fields,
-                input_format=reader.input_format,
+                # The traces' --input-format says nothing of the label file's: detect it (qrels
+                # by layout, the rest by name or first bytes), as eval does.
+                input_format=None,
                 on_invalid=reader.settings.on_invalid,
                 reading=reading,
             ):

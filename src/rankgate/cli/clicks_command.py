@@ -28,6 +28,7 @@ from rankgate.clicks import (
 )
 from rankgate.errors import ConfigError, UsageError
 from rankgate.io import FORMATS
+from rankgate.report.console import counted
 
 __all__ = ["add_parser"]
 
@@ -49,7 +50,12 @@ def add_parser(label_commands: Any) -> None:
         help="impression log: one impression per record (query_id, document_id, rank, clicked) "
         "or one list per record (query_id, retrieved_ids, clicked_ids)",
     )
-    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help="labels to write")
+    parser.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="labels to write (JSON Lines; required)"
+    )
+    # The option's first name, kept working for scripts written against it; -o/--output is the
+    # name every command shares.
+    parser.add_argument("--out", type=Path, dest="output_deprecated", help=argparse.SUPPRESS)
     parser.add_argument(
         "--propensity",
         default=DEFAULT_ESTIMATOR,
@@ -110,6 +116,7 @@ def add_parser(label_commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    output = _output(args)
     if not 1 <= args.max_rank <= MAX_RANKS_ESTIMATED:
         raise UsageError(f"--max-rank must be between 1 and {MAX_RANKS_ESTIMATED}")
     log, skipped = read_click_log(
@@ -129,18 +136,27 @@ def run(args: argparse.Namespace) -> int:
     )
     written = 0
     try:
-        with args.out.open("w", encoding="utf-8") as out:
+        with output.open("w", encoding="utf-8") as out:
             for record in labels.records():
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 written += 1
     except OSError as problem:
-        raise UsageError(f"{args.out}: cannot write labels ({problem.strerror})") from None
+        raise UsageError(f"{output}: cannot write labels ({problem.strerror})") from None
     lines = summarise(labels)
     if skipped:
-        lines.append(f"skipped as invalid: {skipped.get('invalid', 0):,} records")
-    lines.append(f"wrote labels for {written:,} queries to {args.out}")
+        lines.append(f"skipped as invalid: {counted(skipped.get('invalid', 0), 'record')}")
+    lines.append(f"wrote labels for {counted(written, 'query')} to {output}")
     write_stdout("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _output(args: argparse.Namespace) -> Path:
+    if args.output is not None and args.output_deprecated is not None:
+        raise UsageError("-o/--output and --out name the same thing; keep -o/--output")
+    output: Path | None = args.output or args.output_deprecated
+    if output is None:
+        raise UsageError("name the labels file to write with -o/--output FILE")
+    return output
 
 
 def _propensities(args: argparse.Namespace, log: Any) -> Propensities:

@@ -50,7 +50,7 @@ def add_parser(commands: Any) -> None:
         "compare",
         help="compare retrieval configurations on the same queries",
         description="Compare a baseline with one or more candidates on the queries they share: "
-        "per metric and segment, the paired delta, its 95%% interval, an adjusted p-value and a "
+        "per metric and segment, the paired delta, its 95% interval, an adjusted p-value and a "
         "flag. Exit 0 (nothing flagged), 1 (a regression or a missed gate) or 2 (bad input).",
     )
     parser.add_argument(
@@ -200,9 +200,10 @@ def run(args: argparse.Namespace) -> int:
         text = render_comparison_html(comparison)
     else:
         text = render_comparison(comparison, style if args.output is None else Style(False))
-    write_report(text, args.output, render_comparison_verdict(comparison, style))
     if args.html is not None:
+        # The artifact first: a path it cannot be written to is exit 2 before any verdict shows.
         write_extra_report(render_comparison_html(comparison), args.html)
+    write_report(text, args.output, render_comparison_verdict(comparison, style))
     return EXIT_OK if comparison.passed else EXIT_FAILED
 
 

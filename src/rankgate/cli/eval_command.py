@@ -158,9 +158,10 @@ def _report(args: argparse.Namespace, evaluation: Any, sources: list[str]) -> in
     else:
         # A report written to a file never carries terminal colour codes.
         text = render_table(evaluation, sources, style if args.output is None else Style(False))
-    write_report(text, args.output, render_verdict(evaluation, style))
     if args.html is not None:
+        # The artifact first: a path it cannot be written to is exit 2 before any verdict shows.
         write_extra_report(render_eval_html(evaluation, sources), args.html)
+    write_report(text, args.output, render_verdict(evaluation, style))
     return EXIT_OK if evaluation.passed else EXIT_FAILED
 
 

@@ -7,6 +7,7 @@ both commands read a project's config the same way.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
 from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource
+from rankgate.report.console import counted
 from rankgate.stale import LabelFilter, parse_age, read_corpus
 from rankgate.stats import DEFAULT_RESAMPLES
 from rankgate.store import StoreSource, Window, is_store_url
@@ -32,6 +34,7 @@ __all__ = [
     "load_project_config",
     "metrics_from",
     "policy_from",
+    "resolve_report_format",
     "settings_from",
     "source_for",
     "source_notes",
@@ -89,7 +92,13 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input-format", choices=FORMATS, help="override detection from the file name"
     )
-    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour the terminal report: auto (default) colours a terminal unless NO_COLOR is "
+        "set or TERM=dumb; a report written with --output never has colour",
+    )
     parser.add_argument("--no-progress", action="store_true", help="never draw a progress bar")
     segments = parser.add_argument_group("segments, intervals and coverage")
     segments.add_argument(
@@ -255,7 +264,8 @@ def source_notes(source: Any) -> list[str]:
     if isinstance(source, OtlpSource):
         stats = source.stats
         notes.append(
-            f"{source.name}: {stats.spans_seen:,} spans in {stats.files:,} file(s): "
+            f"{source.name}: {counted(stats.spans_seen, 'span')} in "
+            f"{counted(stats.files, 'file')}: "
             f"{stats.spans_used + stats.spans_invalid:,} taken as traces, "
             f"{stats.spans_other_kind:,} of other kinds passed over"
         )
@@ -318,20 +328,36 @@ def store_source(
     )
 
 
+# The report format a file name implies, for ``-o`` without ``--format``.
+FORMAT_BY_EXTENSION = {
+    ".json": "json",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".xml": "junit",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "table",
+}
+
+
 def add_report_options(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
     """``--format`` (the first of ``formats`` by default) and ``-o/--output``."""
+    implied = ", ".join(
+        f"{extension} {name}" for extension, name in FORMAT_BY_EXTENSION.items() if name in formats
+    )
     parser.add_argument(
         "--format",
         choices=formats,
-        default=formats[0],
         dest="report_format",
-        help=f"report format (default: {formats[0]})",
+        help=f"report format (default: {formats[0]}, or what the --output name implies)",
     )
     parser.add_argument(
         "-o",
         "--output",
         type=Path,
-        help="write the report to this file; the terminal still gets the verdict",
+        help=f"write the report to this file; the terminal still gets the verdict. Without "
+        f"--format, the name's extension chooses the format ({implied}; any other: "
+        f"{formats[0]})",
     )
     parser.add_argument(
         "--html",
@@ -341,11 +367,35 @@ def add_report_options(parser: argparse.ArgumentParser, formats: tuple[str, ...]
     )
 
 
+def resolve_report_format(args: argparse.Namespace, default: str) -> None:
+    """Set ``args.report_format``: as given, or as the ``--output`` name implies, or ``default``.
+
+    A name that implies one format while ``--format`` asks for another is refused: a JSON
+    pipeline that reads ``report.json`` must not find a text table in it.
+    """
+    implied = None
+    if args.output is not None:
+        implied = FORMAT_BY_EXTENSION.get(args.output.suffix.lower())
+    if args.report_format is None:
+        args.report_format = implied or default
+    elif implied is not None and implied != args.report_format:
+        raise UsageError(
+            f"--output {args.output} names a {implied} file, but --format is "
+            f"{args.report_format}: change one of them"
+        )
+
+
 def check_common(args: argparse.Namespace) -> None:
     """Options that cannot mean anything together are an error, not silently ignored."""
+    resolve_report_format(args, "table")
     if args.config is not None and args.no_config:
         raise UsageError("--config and --no-config contradict each other")
     if args.html is not None and args.report_format == "html":
+        if args.output is not None and args.output.suffix.lower() in (".html", ".htm"):
+            raise UsageError(
+                f"--output {args.output} is already the HTML report (its name implies --format "
+                "html, which already writes HTML); drop --html"
+            )
         raise UsageError("--format html already writes HTML; use --output for its path")
     if (
         args.html is not None
@@ -363,11 +413,15 @@ def check_common(args: argparse.Namespace) -> None:
 
 
 def load_project_config(args: argparse.Namespace) -> Config:
+    """The config named by --config, else ``./rankgate.toml`` when present (said on stderr, since
+    a file nobody named changes the verdict), else none."""
     if args.config is not None:
         return load_config(args.config)
     default = Path(DEFAULT_CONFIG_NAME)
     if not args.no_config and default.is_file():
-        return load_config(default)
+        config = load_config(default)
+        sys.stderr.write(f"using config ./{DEFAULT_CONFIG_NAME} (--no-config ignores it)\n")
+        return config
     return Config()
 
 

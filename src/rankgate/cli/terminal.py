@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import NoReturn, TextIO
 
 from rankgate.errors import UsageError
-from rankgate.report.console import Style
+from rankgate.report.console import Style, counted
 
 __all__ = [
     "EXIT_FAILED",
+    "EXIT_INTERNAL",
     "EXIT_OK",
     "EXIT_USAGE",
     "ProgressBar",
     "abort",
+    "mask_credentials",
+    "one_line",
     "style_for",
     "write_extra_report",
     "write_report",
@@ -26,12 +30,30 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILED = 1  # a gate failed
 EXIT_USAGE = 2  # bad arguments or bad input
+EXIT_INTERNAL = 3  # a bug in rankgate: never a verdict, never the user's input
+
+# scheme://user:password@ and password=... as they appear in connection strings and URLs.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]*@")
+_KEY_PASSWORD = re.compile(r"(?i)(?P<head>\bpassword\s*=\s*)('[^']*'|\"[^\"]*\"|[^\s&;]*)")
 
 
 def abort(message: str) -> NoReturn:
     """Print one line to stderr and exit 2: the only way a user error leaves the CLI."""
-    sys.stderr.write(f"rankgate: error: {message}\n")
+    sys.stderr.write(f"rankgate: error: {one_line(mask_credentials(message))}\n")
     raise SystemExit(EXIT_USAGE)
+
+
+def one_line(message: str) -> str:
+    """``message`` on a single line: a line break inside (a driver's multi-line message, a
+    hostile ID) would make one error read as several, or forge a line of its own."""
+    return " ".join(message.splitlines())
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the passwords of URLs and ``password=`` settings replaced by ``***``: an
+    exception from a database driver may quote the connection string it was given."""
+    text = _URL_PASSWORD.sub(lambda match: match.group("head") + "***@", text)
+    return _KEY_PASSWORD.sub(lambda match: match.group("head") + "***", text)
 
 
 def write_stdout(text: str) -> None:
@@ -105,9 +127,9 @@ class ProgressBar:
             fraction = min(done / total, 1.0)
             filled = int(fraction * self.WIDTH)
             bar = "#" * filled + "." * (self.WIDTH - filled)
-            text = f"reading {self._label} [{bar}] {fraction:4.0%}  {records:,} records"
+            text = f"reading {self._label} [{bar}] {fraction:4.0%}  {counted(records, 'record')}"
         else:
-            text = f"reading {self._label}  {records:,} records"
+            text = f"reading {self._label}  {counted(records, 'record')}"
         self._stream.write("\r" + text[:120] + "\x1b[K")
         self._stream.flush()
         self._drawn = True

@@ -12,13 +12,38 @@ from rankgate.report.numbers import format_against, format_margin, format_thresh
 from rankgate.segments import Group
 
 __all__ = [
+    "NO_GATES",
     "Style",
+    "counted",
+    "eval_verdict_text",
     "format_p",
     "render_comparison",
     "render_comparison_verdict",
     "render_table",
     "render_verdict",
 ]
+
+
+# What every eval report says when nothing was checked: the run passes, but nothing was gated.
+NO_GATES = "no gates set"
+
+# Nouns whose plural is not the singular plus "s".
+_IRREGULAR = {
+    "query": "queries",
+    "scored query": "scored queries",
+    "candidate gate": "candidate gates",
+}
+
+
+def counted(number: int, singular: str, plural: str | None = None) -> str:
+    """``number`` with the noun in the form it takes: "1 query", "2 queries", "1,000 records".
+
+    Every count a report or the command line prints goes through here, so that no message reads
+    "1 queries". ``plural`` defaults to the known irregular form, else the singular plus "s".
+    """
+    if number == 1:
+        return f"1 {singular}"
+    return f"{number:,} {plural or _IRREGULAR.get(singular, singular + 's')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +105,18 @@ def _counts(evaluation: Evaluation) -> list[str]:
     reasons = ", ".join(f"{reason} {count}" for reason, count in skipped.items())
     coverage = "n/a" if summary.coverage is None else f"{summary.coverage:.1%}"
     lines = [
-        f"{summary.read} records read: {summary.scored} scored, {sum(skipped.values())} skipped "
-        f"({reasons})",
+        f"{counted(summary.read, 'record')} read: {summary.scored:,} scored, "
+        f"{sum(skipped.values()):,} skipped ({reasons})",
         f"annotation coverage {coverage}{_judged(evaluation, evaluation.overall)} · "
-        f"{summary.duplicates_dropped} duplicate IDs dropped from scored rankings · "
+        f"{counted(summary.duplicates_dropped, 'duplicate ID')} dropped from scored rankings · "
         f"relevant = grade >= {evaluation.settings.relevance_threshold:g}",
     ]
     if evaluation.settings.label_filter.active:
         lines.append(
-            f"stale labels removed: {summary.labels_removed_stale} not in the corpus, "
-            f"{summary.labels_removed_expired} too old; {summary.lost_all_relevant} queries lost "
-            "every relevant label (counted under no_relevant)"
+            f"stale labels removed: {summary.labels_removed_stale:,} not in the corpus, "
+            f"{summary.labels_removed_expired:,} too old; "
+            f"{counted(summary.lost_all_relevant, 'query')} lost every relevant label "
+            "(counted under no_relevant)"
         )
     if summary.invalid_examples:
         lines.append(
@@ -201,7 +227,8 @@ def _failures(evaluation: Evaluation) -> list[str]:
         o for o in evaluation.gates if o.status == "insufficient" and not o.passed
     ]
     lines += [
-        f"{o.segment}: {o.gate.metric} has only {o.scored} scored queries (strict segments)"
+        f"{o.segment}: {o.gate.metric} has only {counted(o.scored, 'scored query')} "
+        "(strict segments)"
         for o in insufficient_strict
     ]
     return lines
@@ -241,21 +268,32 @@ def _grid(rows: list[tuple[str, ...]], style: Style, right: tuple[int, ...]) -> 
     return lines
 
 
+def eval_verdict_text(evaluation: Evaluation) -> str:
+    """The verdict in the words every eval report uses: "no gates set", "PASS · 3 of 3 checks
+    passed" or "FAIL · 1 of 3 checks failed"; without the scored count or the worst miss."""
+    checks = len(evaluation.gates) + len(evaluation.coverage_checks)
+    if not checks:
+        return NO_GATES
+    failed = sum(not o.passed for o in evaluation.gates)
+    failed += sum(not c.passed for c in evaluation.coverage_checks)
+    if not failed:
+        return f"PASS · {checks:,} of {counted(checks, 'check')} passed"
+    return f"FAIL · {failed:,} of {counted(checks, 'check')} failed"
+
+
 def render_verdict(evaluation: Evaluation, style: Style) -> str:
     """One line a CI log can be grepped for: PASS or FAIL, and what missed by how much."""
     scored = evaluation.summary.scored
-    checks = len(evaluation.gates) + len(evaluation.coverage_checks)
-    if not checks:
+    verdict = eval_verdict_text(evaluation)
+    if verdict == NO_GATES:
         note = "" if scored else " (no query could be scored)"
-        return f"no gates set · {scored} queries scored{note}"
-    failed = [o for o in evaluation.gates if not o.passed]
-    failed_coverage = [c for c in evaluation.coverage_checks if not c.passed]
-    if not failed and not failed_coverage:
-        return style.good(f"PASS · {checks} of {checks} checks passed · {scored} queries scored")
-    worst = _failures(evaluation)[0]
-    count = len(failed) + len(failed_coverage)
-    more = f" (and {count - 1} more)" if count > 1 else ""
-    return style.bad(f"FAIL · {count} of {checks} checks failed: {worst}{more}")
+        return f"{verdict} · {counted(scored, 'query')} scored{note}"
+    if verdict.startswith("PASS"):
+        return style.good(f"{verdict} · {counted(scored, 'query')} scored")
+    failures = _failures(evaluation)
+    worst = failures[0] if failures else ""
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return style.bad(f"{verdict}: {worst}{more}")
 
 
 def _miss(outcome: GateOutcome) -> str:
@@ -268,7 +306,7 @@ def _miss(outcome: GateOutcome) -> str:
     statistic = "" if outcome.statistic == "mean" else f" ({outcome.statistic.replace('_', ' ')})"
     return (
         f"{where}{gate.metric} = {value}{statistic}, needs {gate.op} {threshold} "
-        f"(margin {_signed(outcome.margin)}, {outcome.scored} queries)"
+        f"(margin {_signed(outcome.margin)}, {counted(outcome.scored, 'query')})"
     )
 
 
@@ -291,7 +329,7 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
     lines = [
         style.bold("rankgate compare") + f"  baseline {comparison.baseline}",
         f"{TEST_NAMES[significance.test]} · {CORRECTION_NAMES[significance.correction]} "
-        f"correction over {_count(cells, 'cell')} · alpha {significance.alpha:g} · margin "
+        f"correction over {counted(cells, 'cell')} · alpha {significance.alpha:g} · margin "
         f"{significance.margin:g} · 95% BCa intervals of the delta "
         f"({comparison.settings.resamples} resamples, seed {comparison.settings.seed})",
     ]
@@ -321,9 +359,9 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
     skipped = ", ".join(f"{reason} {count}" for reason, count in summary.skipped.items())
     lines = [
         style.bold(f"candidate {result.name}"),
-        f"{pairing.paired} queries paired, {pairing.baseline_only} only in the baseline, "
-        f"{pairing.candidate_only} only in the candidate · of the paired: {summary.scored} "
-        f"scored, {sum(summary.skipped.values())} skipped ({skipped})",
+        f"{counted(pairing.paired, 'query')} paired, {pairing.baseline_only:,} only in the "
+        f"baseline, {pairing.candidate_only:,} only in the candidate · of the paired: "
+        f"{summary.scored:,} scored, {sum(summary.skipped.values()):,} skipped ({skipped})",
     ]
     for side, count, examples in (
         ("baseline", pairing.baseline_only, pairing.baseline_only_ids),
@@ -413,26 +451,22 @@ def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
     improvements = len(comparison.improvements)
     if not regressions and not gate_misses:
         gates = sum(len(result.candidate.gates) for result in comparison.results)
-        gate_text = f" · {gates} candidate gates passed" if gates else ""
+        gate_text = f" · {counted(gates, 'candidate gate')} passed" if gates else ""
         return style.good(
-            f"PASS · no regression in {_count(cells, 'cell')} "
-            f"({_count(improvements, 'improvement')}){gate_text}"
+            f"PASS · no regression in {counted(cells, 'cell')} "
+            f"({counted(improvements, 'improvement')}){gate_text}"
         )
     parts = []
     if regressions:
         worst = regressions[0]
         candidate = f"{worst.candidate}: " if len(comparison.results) > 1 else ""
         parts.append(
-            f"{_count(len(regressions), 'regression')}, worst {candidate}{worst.group} {worst.metric} "
+            f"{counted(len(regressions), 'regression')}, worst {candidate}{worst.group} {worst.metric} "
             f"{_signed_plain(worst.delta)} (p adj {format_p(worst.p_adjusted)})"
         )
     if gate_misses:
-        parts.append(f"{_count(len(gate_misses), 'candidate gate')} missed")
+        parts.append(f"{counted(len(gate_misses), 'candidate gate')} missed")
     return style.bad("FAIL · " + "; ".join(parts))
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def format_p(p: float) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from rankgate.compare import CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import CoverageOutcome, GateOutcome
-from rankgate.report.console import format_p
+from rankgate.report.console import counted, format_p
 from rankgate.report.numbers import format_against, format_threshold
 
 __all__ = ["render_comparison_junit", "render_eval_junit"]
@@ -93,10 +93,12 @@ def _gate_case(suite: ET.Element, classname: str, outcome: GateOutcome) -> None:
         detail = (
             f"{gate.metric} = {format_against(outcome.value, gate.threshold, 4)}{statistic}, "
             f"needs {gate.op} {format_threshold(gate.threshold)} "
-            f"(margin {outcome.margin:+.4f}, {outcome.scored} queries)"
+            f"(margin {outcome.margin:+.4f}, {counted(outcome.scored, 'query')})"
         )
     if outcome.status == "insufficient":
-        message = f"insufficient data: {outcome.scored} scored queries, fewer than min_queries"
+        message = (
+            f"insufficient data: {counted(outcome.scored, 'scored query')}, fewer than min_queries"
+        )
         if outcome.passed:
             ET.SubElement(case, "skipped", message=_text(message))
         else:
@@ -122,7 +124,7 @@ def _cell_case(suite: ET.Element, result: CandidateResult, cell: Cell) -> None:
     detail = (
         f"{cell.metric} {cell.baseline_mean:.4f} -> {cell.candidate_mean:.4f}, delta "
         f"{cell.delta:+.4f} [{cell.interval[0]:+.4f}, {cell.interval[1]:+.4f}], p adj "
-        f"{format_p(cell.p_adjusted)}, {cell.queries} queries"
+        f"{format_p(cell.p_adjusted)}, {counted(cell.queries, 'query')}"
     )
     if cell.flag == "regression":
         _failure(case, detail, "regression")

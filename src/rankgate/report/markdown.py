@@ -12,7 +12,13 @@ from collections.abc import Sequence
 
 from rankgate.compare import CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
-from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, format_p
+from rankgate.report.console import (
+    CORRECTION_NAMES,
+    TEST_NAMES,
+    counted,
+    eval_verdict_text,
+    format_p,
+)
 from rankgate.report.numbers import format_against, format_threshold
 
 __all__ = ["escape_markdown", "render_comparison_markdown", "render_eval_markdown"]
@@ -51,9 +57,9 @@ def _candidate(result: CandidateResult) -> list[str]:
     lines = [
         f"#### candidate `{_code(result.name)}`",
         "",
-        f"{pairing.paired} queries paired ({pairing.baseline_only} only in the baseline, "
-        f"{pairing.candidate_only} only in the candidate); {summary.scored} scored, "
-        f"{sum(summary.skipped.values())} skipped.",
+        f"{counted(pairing.paired, 'query')} paired ({pairing.baseline_only:,} only in the "
+        f"baseline, {pairing.candidate_only:,} only in the candidate); {summary.scored:,} scored, "
+        f"{sum(summary.skipped.values()):,} skipped.",
         "",
         *_table([cell for cell in result.cells if cell.segment is None]),
     ]
@@ -109,17 +115,15 @@ def _code(text: str) -> str:
 def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
     """Verdict, the gate table with margins, the overall means, and segments collapsed."""
     summary = evaluation.summary
-    failed = sum(not o.passed for o in evaluation.gates)
-    failed += sum(not c.passed for c in evaluation.coverage_checks)
-    checks = len(evaluation.gates) + len(evaluation.coverage_checks)
-    verdict = "PASS" if evaluation.passed else "FAIL"
+    # The terminal's words, with the leading PASS / FAIL (or "no gates set") in bold.
+    verdict, _, detail = eval_verdict_text(evaluation).partition(" · ")
     named = ", ".join(f"`{_code(source)}`" for source in sources)
     lines = [
         f"### rankgate eval · {named}",
         "",
-        f"**{verdict}** · {checks - failed} of {checks} checks passed · "
-        f"{summary.read} records read, {summary.scored} scored, "
-        f"{sum(summary.skipped.values())} skipped ("
+        f"**{verdict}** · {detail + ' · ' if detail else ''}"
+        f"{counted(summary.read, 'record')} read, {summary.scored:,} scored, "
+        f"{sum(summary.skipped.values()):,} skipped ("
         + ", ".join(f"{reason} {count}" for reason, count in summary.skipped.items())
         + ")"
         + ("" if summary.coverage is None else f" · annotation coverage {summary.coverage:.1%}"),
@@ -148,7 +152,7 @@ def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
             lines.append(
                 f"| {mark} | {escape_markdown(where)} | {outcome.gate.metric} "
                 f"{escape_markdown(outcome.gate.op)} {format_threshold(outcome.gate.threshold)} "
-                f"| {value} | {margin} | {outcome.scored} |"
+                f"| {value} | {margin} | {outcome.scored:,} |"
             )
         lines.append("")
     for check in evaluation.coverage_checks:
