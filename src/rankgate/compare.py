@@ -397,6 +397,7 @@ def compare(
     policy: GatePolicy | None = None,
     significance: Significance | None = None,
     labels: Any = None,
+    labels_format: str | None = None,
     variant_field: str | None = None,
     input_format: str | None = None,
     progress: Callable[[str, int, int, int | None], None] | None = None,
@@ -413,7 +414,9 @@ def compare(
             candidate, per segment.
         significance: test, correction, alpha and margin (defaults: paired t-test, Holm, 0.05, 0).
         labels: a source of labels (records with ``query_id`` and ``relevant_ids`` or
-            ``relevance_scores``, or a TREC qrels file ending in ``.qrels``).
+            ``relevance_scores``, or a TREC qrels file, recognised by name or layout).
+        labels_format: the label file's format (``rankgate.labels.LABEL_FORMATS``), when
+            detection is not enough.
         progress: called with (source name, records read, units done, units in total or None).
 
     Raises:
@@ -440,7 +443,7 @@ def compare(
     labels_name = None
     if labels is not None:
         labels_name = _source_name(labels)
-        label_book.add_source(labels, reader)
+        label_book.add_source(labels, reader, labels_format)
     for side in sides:
         label_book.add_side(side)
 
@@ -658,7 +661,7 @@ class _LabelBook:
         self.stamp_field = settings.label_filter.labeled_at_field
         self.by_query: dict[str, _Labels] = {}
 
-    def add_source(self, data: Any, reader: _Reader) -> None:
+    def add_source(self, data: Any, reader: _Reader, labels_format: str | None = None) -> None:
         """Labels from a label file (one judgment or one query per record), qrels or a store."""
         name = _source_name(data)
         reading = LabelReading()
@@ -669,9 +672,9 @@ class _LabelBook:
             for judgment in read_judgments(
                 data,
                 fields=self.fields,
-                # The traces' --input-format says nothing of the label file's: detect it (qrels
-                # by layout, the rest by name or first bytes), as eval does.
-                input_format=None,
+                # The traces' --input-format says nothing of the label file's: it has its own
+                # (detected by default: qrels by layout, the rest by name or first bytes).
+                input_format=labels_format,
                 on_invalid=reader.settings.on_invalid,
                 reading=reading,
             ):

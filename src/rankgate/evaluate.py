@@ -345,6 +345,7 @@ def evaluate(
     progress: ProgressCallback | None = None,
     worst: int = 0,
     labels: Any = None,
+    labels_format: str | None = None,
     partial: bool = False,
 ) -> Evaluation:
     """Score recorded traces and check gates.
@@ -367,6 +368,8 @@ def evaluate(
         labels: labels kept apart from the traces, joined by query ID to every trace that carries
             none of its own: a label file (see ``rankgate.labels``), a store URL (its labels
             table), or a dict of query ID to ``QueryLabels``.
+        labels_format: the label file's format, one of ``rankgate.labels.LABEL_FORMATS``; by
+            default TREC qrels are recognised by name or layout, the rest by name or first bytes.
         partial: this call scores one part of a larger input (an engine's partition, or its dry
             run): the checks that need the whole input are left to the caller, who runs
             ``rankgate.segments.check_segments`` over the combined counts and
@@ -406,7 +409,9 @@ def evaluate(
     accumulator.partial = partial
     if labels is not None:
         accumulator.labels = (
-            labels if isinstance(labels, dict) else collect_labels(labels, fields=settings.fields)
+            labels
+            if isinstance(labels, dict)
+            else collect_labels(labels, fields=settings.fields, input_format=labels_format)
         )
     columnar = None
     if fast.available() and labels is None and not settings.label_filter.active:

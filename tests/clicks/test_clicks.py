@@ -297,7 +297,7 @@ def test_bad_records_name_file_line_and_field(
         capsys, "labels", "from-clicks", clicks, "--out", tmp_path / "o.jsonl",
         "--on-invalid", "skip", "--propensity", "power:1",
     )  # fmt: skip
-    assert code == 0 and "skipped as invalid: 1 records" in text
+    assert code == 0 and "skipped as invalid: 1 record" in text
 
 
 def test_estimators_say_what_the_logs_lack() -> None:

@@ -412,7 +412,7 @@ def test_import_without_times_or_ids_stores_each_record_once(
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first = rankgate("trace", "import", path, "--store", store_url)
     assert "5 traces stored" in first.out
-    assert "1 records were judged with no document" in first.err
+    assert "1 record judged with no document" in first.err
     again = rankgate("trace", "import", path, "--store", store_url)
     assert "0 traces stored, 5 already stored" in again.out
     assert sum(1 for _ in StoreSource(store_url, Window())) == 5

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.cli.options import (
+    add_labels_format_option,
     add_otel_options,
     add_report_options,
     add_scoring_options,
@@ -87,6 +88,7 @@ def add_parser(commands: Any) -> None:
         help="labels for the queries: a label file (one judgment or one query per record), "
         "a TREC qrels file (*.qrels), or a trace store URL",
     )
+    add_labels_format_option(parser)
     parser.add_argument(
         "--qrels",
         type=Path,
@@ -180,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             policy=policy,
             significance=significance,
             labels=args.labels,
+            labels_format=args.labels_format,
             variant_field=variant_field,
             input_format=args.input_format,
             progress=bar.update,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.cli.options import (
+    add_labels_format_option,
     add_otel_options,
     add_report_options,
     add_scoring_options,
@@ -65,6 +66,7 @@ def add_parser(commands: Any) -> None:
         help="labels kept apart from the traces, joined by query ID to traces without their own: "
         "a label file (one judgment or one query per record), *.qrels, or a store URL",
     )
+    add_labels_format_option(parser)
     add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
     parser.add_argument(
@@ -137,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             progress=bar.update,
             worst=first(args.worst, DEFAULT_WORST) if html else 0,
             labels=args.labels,
+            labels_format=args.labels_format,
         )
     finally:
         bar.close()

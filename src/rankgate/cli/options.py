@@ -17,6 +17,7 @@ from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
 from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource
+from rankgate.labels import LABEL_FORMATS
 from rankgate.report.console import counted
 from rankgate.stale import LabelFilter, parse_age, read_corpus
 from rankgate.stats import DEFAULT_RESAMPLES
@@ -24,6 +25,7 @@ from rankgate.store import StoreSource, Window, is_store_url
 from rankgate.times import parse_moment
 
 __all__ = [
+    "add_labels_format_option",
     "add_otel_options",
     "add_report_options",
     "add_scoring_options",
@@ -340,6 +342,17 @@ FORMAT_BY_EXTENSION = {
 }
 
 
+def add_labels_format_option(parser: argparse.ArgumentParser) -> None:
+    """``--labels-format``, for a label file that detection would misread (a qrels file that
+    starts with a comment, say)."""
+    parser.add_argument(
+        "--labels-format",
+        choices=LABEL_FORMATS,
+        help="format of the --labels file (default: detected; qrels by name or by its "
+        "four-column layout)",
+    )
+
+
 def add_report_options(parser: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
     """``--format`` (the first of ``formats`` by default) and ``-o/--output``."""
     implied = ", ".join(
@@ -390,6 +403,8 @@ def check_common(args: argparse.Namespace) -> None:
     resolve_report_format(args, "table")
     if args.config is not None and args.no_config:
         raise UsageError("--config and --no-config contradict each other")
+    if getattr(args, "labels_format", None) is not None and getattr(args, "labels", None) is None:
+        raise UsageError("--labels-format describes a --labels file; give --labels FILE")
     if args.html is not None and args.report_format == "html":
         if args.output is not None and args.output.suffix.lower() in (".html", ".htm"):
             raise UsageError(

@@ -24,6 +24,7 @@ from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.errors import InputError, UsageError
 from rankgate.io import FORMATS, FieldMap, open_source, validate_record
 from rankgate.labels import LABEL_FORMATS, Judgment, LabelReading, judgments_of, read_judgments
+from rankgate.report.console import counted
 from rankgate.store.backends import (
     LOCK_WAIT_SECONDS,
     SCHEMA_VERSION,
@@ -231,12 +232,13 @@ def run_trace_import(args: argparse.Namespace) -> int:
     skipped = f", {importer.invalid:,} invalid skipped" if importer.invalid else ""
     known = f", {traces_known:,} already stored" if traces_known else ""
     write_stdout(
-        f"{redact_url(url)}: {importer.read:,} records read from {args.file}: "
-        f"{traces_written:,} traces stored{known}, {labels_written:,} labels{skipped}\n"
+        f"{redact_url(url)}: {counted(importer.read, 'record')} read from {args.file}: "
+        f"{counted(traces_written, 'trace')} stored{known}, {counted(labels_written, 'label')}"
+        f"{skipped}\n"
     )
     if importer.judged_empty:
         sys.stderr.write(
-            f"note: {importer.judged_empty:,} records were judged with no document (an empty "
+            f"note: {counted(importer.judged_empty, 'record')} judged with no document (an empty "
             "relevant_ids): a store keeps judgments per document, so they read back as "
             "unlabeled; a grade-0 judgment keeps a query judged\n"
         )
@@ -376,8 +378,9 @@ def run_label_import(args: argparse.Namespace) -> int:
         f", {count:,} {reason.replace('_', ' ')}" for reason, count in reading.skipped.items()
     )
     write_stdout(
-        f"{redact_url(url)}: {reading.records:,} records read from {args.file}: "
-        f"{reading.judgments:,} judgments of {len(queries):,} queries stored{skipped}\n"
+        f"{redact_url(url)}: {counted(reading.records, 'record')} read from {args.file}: "
+        f"{counted(reading.judgments, 'judgment')} of {counted(len(queries), 'query')} stored"
+        f"{skipped}\n"
     )
     for example in reading.invalid_examples:
         sys.stderr.write(f"  invalid: {example}\n")
@@ -404,7 +407,8 @@ def run_info(args: argparse.Namespace) -> int:
             f"{redact_url(url)} (schema version {summary['schema_version']})\n"
             f"traces: {summary['traces']:,}, recorded {summary['first']} to {summary['last']}\n"
             f"variants: {variants or 'none'}\n"
-            f"labels: {summary['labels']:,} judgments of {summary['labeled_queries']:,} queries\n"
+            f"labels: {counted(summary['labels'], 'judgment')} of "
+            f"{counted(summary['labeled_queries'], 'query')}\n"
         )
     if args.output is None:
         write_stdout(text)

@@ -67,8 +67,9 @@ def write_stdout(text: str) -> None:
 
 
 def write_report(text: str, output: Path | None, verdict: str) -> None:
-    """The report to stdout, or to ``output`` with only the verdict line on stdout."""
-    if output is None:
+    """The report to stdout, or to ``output`` with only the verdict line on stdout. ``-o -`` is
+    stdout, as for most command-line tools."""
+    if output is None or str(output) == "-":
         write_stdout(text)
         return
     try:

@@ -72,6 +72,7 @@ def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -
     """The full terminal report: counts, overall metrics with gates, segments, failures, verdict."""
     lines = [style.bold("rankgate eval") + "  " + ", ".join(sources), ""]
     lines += _counts(evaluation)
+    lines += _warnings(evaluation.warnings, style)
     lines.append("")
     lines += _overall_table(evaluation, style)
     for field_name in dict.fromkeys(group.key.field for group in evaluation.segments if group.key):
@@ -97,6 +98,12 @@ def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -
     lines.append("")
     lines.append(render_verdict(evaluation, style))
     return "\n".join(lines) + "\n"
+
+
+def _warnings(warnings: Sequence[str], style: Style) -> list[str]:
+    """The evaluation's warnings (a segment rule that matched nothing, a field most queries lack):
+    they leave the verdict alone but say how far to trust it, so they come before the tables."""
+    return [style.bad("warning: ") + warning for warning in warnings]
 
 
 def _counts(evaluation: Evaluation) -> list[str]:
@@ -347,6 +354,7 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
         total = sum(comparison.invalid.values())
         lines.append(f"skipped as invalid (first {len(comparison.invalid_examples)} of {total}):")
         lines += [f"  {example}" for example in comparison.invalid_examples]
+    lines += _warnings(comparison.warnings, style)
     for result in comparison.results:
         lines += ["", *_candidate_section(result, style)]
     lines += ["", render_comparison_verdict(comparison, style)]

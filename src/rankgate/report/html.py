@@ -30,7 +30,7 @@ from rankgate import __version__
 from rankgate.compare import TIE_TOLERANCE, CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
-from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, format_p
+from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, counted, format_p
 from rankgate.report.numbers import format_against, format_margin, format_threshold
 from rankgate.report.svg import (
     TOOLTIP_SHOWN,
@@ -320,8 +320,10 @@ def _eval_verdict(evaluation: Evaluation) -> str:
     coverage_failed = [c for c in evaluation.coverage_checks if not c.passed]
     checks = len(evaluation.gates) + len(evaluation.coverage_checks)
     passed = checks - len(failed) - len(coverage_failed)
-    word = "PASS" if evaluation.passed else "FAIL"
-    detail = f"{passed} of {checks} checks passed" if checks else "no gates set"
+    # The words every eval report uses (console.eval_verdict_text): with no check there is no
+    # verdict to badge, so the page says "no gates set" as the terminal and Markdown do.
+    word = ("PASS" if evaluation.passed else "FAIL") if checks else "no gates set"
+    detail = f"{passed} of {counted(checks, 'check')} passed" if checks else ""
     worst = ""
     if failed:
         # The miss furthest on the wrong side of its threshold, whichever way the gate points.
@@ -333,7 +335,8 @@ def _eval_verdict(evaluation: Evaluation) -> str:
         )
     summary = evaluation.summary
     return (
-        f'<section class="verdict {word.lower()}" role="status"><strong>{word}</strong>'
+        f'<section class="verdict {word.lower() if checks else "none"}" role="status">'
+        f"<strong>{word}</strong>"
         f'{escape(detail)}{worst}<div class="meta">{summary.read:,} records read · '
         f"{summary.scored:,} scored · {sum(summary.skipped.values()):,} skipped</div>"
         f"{_warnings(evaluation.warnings)}</section>"

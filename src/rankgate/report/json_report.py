@@ -80,6 +80,7 @@ def eval_report(
             for check in evaluation.coverage_checks
         ],
         "passed": evaluation.passed,
+        "warnings": list(evaluation.warnings),
     }
     if per_query:
         report["per_query"] = evaluation.per_query()
@@ -189,6 +190,7 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
         "regressions": len(comparison.regressions),
         "improvements": len(comparison.improvements),
         "passed": comparison.passed,
+        "warnings": list(comparison.warnings),
     }
     if per_query:
         report["per_query"] = {result.name: result.per_query() for result in comparison.results}

@@ -46,6 +46,8 @@ def render_comparison_markdown(comparison: Comparison) -> str:
         f"{CORRECTION_NAMES[significance.correction]} correction, alpha {significance.alpha:g}, "
         f"margin {significance.margin:g}",
     ]
+    if comparison.warnings:
+        lines += ["", *_warnings(comparison.warnings)]
     for result in comparison.results:
         lines += ["", *_candidate(result)]
     return "\n".join(lines) + "\n"
@@ -107,6 +109,13 @@ def _table(cells: list[Cell]) -> list[str]:
     return rows
 
 
+def _warnings(warnings: Sequence[str]) -> list[str]:
+    """Each warning as a list item, then a blank line; nothing when there are none."""
+    if not warnings:
+        return []
+    return [f"- ⚠️ {escape_markdown(warning)}" for warning in warnings] + [""]
+
+
 def _code(text: str) -> str:
     """Text for inside a code span: backticks and line breaks cannot end or break it."""
     return " ".join(text.replace("`", "'").split())
@@ -128,6 +137,7 @@ def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
         + ")"
         + ("" if summary.coverage is None else f" · annotation coverage {summary.coverage:.1%}"),
         "",
+        *_warnings(evaluation.warnings),
     ]
     gated = sorted(
         evaluation.gates,

@@ -28,6 +28,8 @@ from html import escape as escape_markup
 import numpy as np
 import numpy.typing as npt
 
+from rankgate.report.console import counted
+
 __all__ = [
     "PIECE_MAX",
     "TOOLTIP_SHOWN",
@@ -389,7 +391,7 @@ def histogram(
         h = round(count / y_high * plot_height, 2)
         body.append(
             f'<rect class="bar neutral" x="{x0 + 0.5}" y="{bottom - h}" width="{x1 - x0 - 1:.2f}" '
-            f'height="{h}"><title>{float(start):.3g} to {float(stop):.3g}: {count:,} queries'
+            f'height="{h}"><title>{float(start):.3g} to {float(stop):.3g}: {counted(count, "query")}'
             "</title></rect>"
         )
     if len(finite):
