@@ -189,13 +189,14 @@ def check_segments(
     # With nothing scored every gate fails for want of a value, so no segmentation can flip the
     # verdict, and there are no records to name fields from.
     scored = len(attributes)
-    known = _field_names(attributes) if scored else {}
     warnings: list[str] = []
     # A field no record has a value for, and no scored record even names (a column of nulls is
-    # a field that exists: it is then reported as mostly missing below).
-    absent = [
-        name for name in fields if scored and seen[name] <= {MISSING_VALUE} and name not in known
-    ]
+    # a field that exists: it is then reported as mostly missing below). The records' field
+    # names are read back only when some field is suspect: on a columnar input that means
+    # re-reading rows, which would otherwise cost every run seconds.
+    suspect = [name for name in fields if scored and seen[name] <= {MISSING_VALUE}]
+    known = _field_names(attributes) if suspect else {}
+    absent = [name for name in suspect if name not in known]
     for name in absent:
         if name in settings.segment_by:
             raise UsageError(

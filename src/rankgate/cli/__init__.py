@@ -21,7 +21,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from rankgate import __version__
 from rankgate.cli import (
@@ -102,6 +102,10 @@ class _Parser(argparse.ArgumentParser):
             default=argparse.SUPPRESS,
             help=f"on an internal error (exit 3), print the traceback (also: {DEBUG_ENV}=1)",
         )
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error is one line, like every other refusal, naming where the usage is."""
+        self.exit(2, f"rankgate: error: {message} (see '{self.prog} --help')\n")
 
 
 def _keep_freed_memory() -> None:
