@@ -1,8 +1,13 @@
 """Reading a trace store at scale: fill a store with seeded synthetic traces, then time
-``rankgate eval URL`` on it (wall time and peak memory, by /usr/bin/time when present).
+``rankgate eval URL`` on it against ``rankgate eval`` of the same traces as a JSON Lines file, in
+one run (wall time and peak memory, by /usr/bin/time when present), and print the ratio. The two
+reports must agree on every mean and count.
 
     python bench/store_read.py --queries 1000000 --store sqlite:///build/bench.db
     python bench/store_read.py --queries 1000000 --store postgresql://postgres@127.0.0.1/bench
+
+Targets (issue 16): the SQLite store within 2x the file, PostgreSQL within 2.5x; ``--check``
+exits 1 when the ratio is over the store's target.
 
 The store is filled through the bulk path a migration would use (executemany into SQLite, COPY
 into PostgreSQL), not the recorder, so that filling does not dominate the run. Each query has
@@ -113,11 +118,12 @@ def main() -> None:
     parser.add_argument("--store", default="sqlite:///build/bench-store.db")
     parser.add_argument("--skip-fill", action="store_true")
     parser.add_argument(
-        "--peer-jsonl",
-        action="store_true",
-        help="also write the same traces as JSON Lines and time rankgate eval on that file, the "
-        "peer the store read is measured against in the same run",
+        "--jsonl",
+        default="build/bench-store.jsonl",
+        help="where the same traces are written as JSON Lines, the file the store read is "
+        "measured against (kept with --skip-fill when it exists)",
     )
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     if not args.skip_fill:
         started = time.perf_counter()
@@ -129,23 +135,36 @@ def main() -> None:
             f"filled {redact_url(args.store)} with {args.queries:,} traces in "
             f"{time.perf_counter() - started:.1f} s"
         )
-    if args.peer_jsonl:
-        peer = Path("build/bench-store.jsonl")
+    peer = Path(args.jsonl)
+    if not (args.skip_fill and peer.exists()):
+        peer.parent.mkdir(parents=True, exist_ok=True)
         with peer.open("w", encoding="utf-8") as out:
             for _, query_id, _, docs, attributes, labels in rows(args.queries, args.ids, args.seed):
                 record = {"query_id": query_id, "retrieved_ids": docs, **attributes}
                 if labels:
                     record["relevance_scores"] = labels
                 out.write(json.dumps(record) + "\n")
-        timed(f"rankgate eval {peer}", [sys.executable, "-m", "rankgate", "eval", str(peer)])
+    file_seconds, file_report = timed(
+        f"rankgate eval {peer}", [sys.executable, "-m", "rankgate", "eval", str(peer)]
+    )
     window = ["--since", "2026-11-30", "--until", "2026-12-01"]
-    timed(
+    store_seconds, store_report = timed(
         f"rankgate eval {redact_url(args.store)}",
         [sys.executable, "-m", "rankgate", "eval", args.store, *window],
     )
+    if (file_report["summary"], file_report["metrics"]) != (
+        store_report["summary"],
+        store_report["metrics"],
+    ):
+        sys.exit("the store's report and the file's disagree")
+    target = 2.0 if args.store.startswith("sqlite") else 2.5
+    ratio = store_seconds / file_seconds
+    print(f"store / file: {ratio:.2f}x (target <= {target:g}x)")
+    if args.check and ratio > target:
+        sys.exit(1)
 
 
-def timed(label: str, command: list[str]) -> None:
+def timed(label: str, command: list[str]) -> tuple[float, dict]:
     """Run one scoring command in a child process: wall time and that child's peak memory."""
     command = [*command, "--no-config", "-m", METRICS, "--resamples", "0", "--format", "json"]
     wrapper = ["/usr/bin/time", "-f", "%M"] if Path("/usr/bin/time").exists() else []
@@ -159,11 +178,13 @@ def timed(label: str, command: list[str]) -> None:
         if wrapper
         else ""
     )
-    summary = json.loads(result.stdout)["summary"]
+    report = json.loads(result.stdout)
+    summary = report["summary"]
     print(
         f"{label}: {summary['read']:,} traces read, {summary['scored']:,} scored in "
         f"{elapsed:.1f} s, {peak}"
     )
+    return elapsed, report
 
 
 if __name__ == "__main__":

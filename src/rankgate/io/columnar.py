@@ -9,12 +9,18 @@ The validator (``io/validate.py``) stays the one definition of a valid trace. A 
 *slow* every row whose meaning the columnar reading cannot be sure of (a null or empty ID, a grade
 out of range, a line that is not plain JSON...); the evaluator hands those rows to the validator one
 by one, so they get exactly the record path's value or error message. When a whole source has a
-shape the columnar reading does not handle (dotted field paths, a column of JSON text, a float
+shape the columnar reading does not handle (dotted field paths, rankings as JSON text, a float
 segment column), ``chunks`` returns None and the record path reads everything.
+
+Grades arrive in three shapes, all made a map<large_string, double> at the edge: a map column; a
+struct column with one field per document ID (what tables built from dicts hold), converted field
+by field without a step per row (``_struct_as_map``); and JSON text in a string column, decoded one
+cell at a time by the validator's own decoder (``_json_text_as_map``).
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -92,6 +98,8 @@ def chunks(source: Any, fields: FieldMap, segment_fields: Sequence[str]) -> Iter
 def _arrow_chunks(
     source: ArrowSource, fields: FieldMap, segment_fields: Sequence[str]
 ) -> Iterator[Chunk] | None:
+    import pyarrow as pa
+
     schema = source.schema()
     if schema is None or not _columnar_schema(schema, fields, segment_fields):
         return None
@@ -99,6 +107,24 @@ def _arrow_chunks(
     wanted = [
         name for name in dict.fromkeys([*fields.paths(), *segment_fields]) if name in schema.names
     ]
+
+    grades = fields.relevance_scores
+
+    def as_scored(table: Any) -> Any:
+        """Scored rows read back with struct grades as a map: a struct's row becomes a dict of
+        every field, thousands of keys when documents are many, while the map holds only the
+        row's labels. For a row that was scored both say the same to the validator."""
+        if grades not in table.schema.names:
+            return table
+        index = table.schema.get_field_index(grades)
+        column = table.column(index)
+        if not pa.types.is_struct(column.type):
+            return table
+        pieces = [
+            _struct_as_map(piece, np.zeros(len(piece), dtype=np.bool_)) for piece in column.chunks
+        ]
+        as_map = pa.chunked_array(pieces, type=pa.map_(pa.large_string(), pa.float64()))
+        return table.set_column(index, grades, as_map)
 
     def generate() -> Iterator[Chunk]:
         row = 0
@@ -111,7 +137,7 @@ def _arrow_chunks(
                 rows: npt.NDArray[np.int64], first: int = first
             ) -> Callable[[], list[RawRecord]]:
                 picked = rows.astype(np.int32, copy=False)
-                return lambda: source.reread(picked.astype(np.int64) + first)
+                return lambda: source.reread(picked.astype(np.int64) + first, as_scored)
 
             row += batch.num_rows
             yield Chunk(table, slow, first + 1, True, raw, later, row, row)
@@ -201,9 +227,14 @@ def _columnar_schema(schema: Any, fields: FieldMap, segment_fields: Sequence[str
         return False
     if fields.relevance_scores in names:
         scores = schema.field(fields.relevance_scores).type
-        if not pt.is_map(scores) or not id_type(scores.key_type):
-            return False
-        if not (pt.is_integer(scores.item_type) or pt.is_floating(scores.item_type)):
+        numeric_map = (
+            pt.is_map(scores)
+            and id_type(scores.key_type)
+            and (pt.is_integer(scores.item_type) or pt.is_floating(scores.item_type))
+        )
+        struct = pt.is_struct(scores) and _convertible_struct(scores)
+        json_text = pt.is_string(scores) or pt.is_large_string(scores)  # ``_json_text_as_map``
+        if not (numeric_map or struct or json_text):
             return False
     if fields.query_id in names and not id_type(schema.field(fields.query_id).type):
         return False
@@ -213,6 +244,15 @@ def _columnar_schema(schema: Any, fields: FieldMap, segment_fields: Sequence[str
             if not (id_type(kind) or pt.is_boolean(kind) or kind == pa.null()):
                 return False
     return True
+
+
+def _convertible_struct(kind: Any) -> bool:
+    """Whether grades stored as a struct (one field per document ID, as ``Table.from_pylist``,
+    ``DataFrame(records)`` and polars make of dicts) can become a map column. Two fields of one
+    name would be one key of the record path's dict, and a map inside would need its own check for
+    repeated keys: both are left to the record path."""
+    names = [kind.field(i).name for i in range(kind.num_fields)]
+    return len(set(names)) == len(names) and not _holds_map(kind)
 
 
 def _holds_map(kind: Any) -> bool:
@@ -255,6 +295,14 @@ def _normalised(
     if relevant is not None:
         relevant = id_list(relevant, required=False)
     scores = column(fields.relevance_scores)
+    declared = None
+    if scores is not None:
+        if pa.types.is_string(scores.type) or pa.types.is_large_string(scores.type):
+            scores, declared = _json_text_as_map(scores, slow)
+        else:
+            declared = _entries_or_fields(scores)
+            if pa.types.is_struct(scores.type):
+                scores = _struct_as_map(scores, slow)
     if scores is not None:
         key = scores.type.key_type
         if not (pa.types.is_string(key) or pa.types.is_large_string(key)):
@@ -265,7 +313,7 @@ def _normalised(
             scores = scores.cast(pa.map_(key, pa.float64()), safe=False)
         _mark_bad_items(scores, scores.keys, slow)
         _mark_bad_grades(scores, slow)
-    labels = sum(_entries(array) for array in (relevant, scores) if array is not None)
+    labels = sum(counts for counts in (_entries_or_none(relevant), declared) if counts is not None)
     slow |= np.asarray(labels) > limits.MAX_LABELS_PER_QUERY
     query_id = column(fields.query_id)
     if query_id is None:
@@ -305,6 +353,157 @@ def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None
     if len(items):
         _mark_rows_holding(lists, _longer_than(items, limits.MAX_ID_BYTES), slow)
         _mark_rows_holding(lists, _not_utf8(items), slow)
+
+
+def _entries_or_none(lists: Any) -> npt.NDArray[np.int64] | None:
+    return None if lists is None else _entries(lists)
+
+
+def _entries_or_fields(scores: Any) -> npt.NDArray[np.int64]:
+    """Labels a grades column declares per row, as the validator counts them: a map's entries, or
+    for a struct every field of a non-null row (the record path's dict has a key per field, null
+    grades included)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(scores.type):
+        valid = scores.is_valid()
+        present = numpy_of(valid) if len(valid) else np.zeros(0, dtype=np.bool_)
+        width: int = scores.type.num_fields
+        return present.astype(np.int64) * width
+    return _entries(scores)
+
+
+def _struct_as_map(scores: Any, slow: npt.NDArray[np.bool_]) -> Any:
+    """A struct column of grades (one field per document ID) as a map<large_string, double>, built
+    field by field with whole-column operations: the cost is one pass over each field's N values in
+    C, never a Python step per row. A null field is no label for that document (what the record
+    path makes of a table's missing value); a null row stays a null (unlabeled) row.
+
+    Rows the map cannot stand for go to the validator, which words their error: a non-null value
+    in a field that is not a number (a boolean, text, a nested struct...), and any non-null row when
+    a field's name is not a valid document ID (the validator checks every key, null grade or not).
+    Grades out of range (NaN, negative, too large) are caught on the map like any other."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rankgate.io.bounded import utf8_length
+
+    kind = scores.type
+    rows = len(scores)
+    width = kind.num_fields
+    # Map offsets are 32-bit: a chunk whose fields could hold more entries is cut in row slices.
+    most_rows = max(1, (2**31 - 1) // max(width, 1))
+    if rows > most_rows:
+        parts = [
+            _struct_as_map(scores.slice(start, most_rows), slow[start : start + most_rows])
+            for start in range(0, rows, most_rows)
+        ]
+        return pa.concat_arrays(parts)
+    valid = scores.is_valid()
+    present_rows = numpy_of(valid) if rows else np.zeros(0, dtype=np.bool_)
+    names = [kind.field(i).name for i in range(width)]
+    if any(not name or utf8_length(name) > limits.MAX_ID_BYTES for name in names):
+        slow |= present_rows
+    children = scores.flatten()  # each field with the row's own nulls and any slice applied
+    counts = np.zeros(rows, dtype=np.int64)
+    found: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
+    for index, child in enumerate(children):
+        if child.null_count == rows:
+            continue
+        has_value = numpy_of(child.is_valid())
+        if not (pa.types.is_integer(child.type) or pa.types.is_floating(child.type)):
+            slow |= has_value
+            continue
+        # Unsafe only for integers past 2^53, far above MAX_GRADE: those rows go slow later.
+        numbers = child.cast(pa.float64(), safe=False)
+        if numbers.null_count:
+            numbers = pc.drop_null(numbers)
+        at = np.flatnonzero(has_value)
+        counts[at] += 1
+        found.append((index, at, numpy_of(numbers)))
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    # Entries go row by row, fields in schema order within a row (the record path's dict order):
+    # each field's values land at the next free place of the rows that hold one.
+    field_of = np.empty(int(offsets[-1]), dtype=np.int64)
+    grades = np.empty(int(offsets[-1]), dtype=np.float64)
+    free = offsets[:-1].copy()
+    for index, at, values in found:
+        places = free[at]
+        field_of[places] = index
+        grades[places] = values
+        free[at] += 1
+    keys = pa.array(names, pa.large_string()).take(pa.array(field_of))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets.astype(np.int32)),
+        keys,
+        pa.array(grades),
+        mask=pc.invert(valid),
+    )
+
+
+def _json_text_as_map(texts: Any, slow: npt.NDArray[np.bool_]) -> tuple[Any, npt.NDArray[np.int64]]:
+    """Grades kept as JSON text in a string column ('{"d1": 2, "d7": 0}', as a CSV-shaped export
+    or a database dump holds them) as a map<large_string, double>, and the labels each row declares
+    (every key, as the validator counts them).
+
+    Each cell is decoded by Python's JSON decoder, the one the validator uses, so a cell means here
+    what it means there; only the plain case is taken: an object whose values are all numbers.
+    Anything else (not an object, invalid JSON, a null or non-number grade, an empty key, a number
+    too large for a float) is a slow row, worded by the validator. One decode per row is far
+    cheaper than the record path's whole-row conversion and validation; see
+    ``bench/table_shapes.py``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rankgate.io.bounded import decode_json
+
+    rows = len(texts)
+    unreadable = _not_utf8(texts)
+    if unreadable.any():
+        slow |= unreadable
+        texts = pc.if_else(pa.array(unreadable), pa.scalar(None, texts.type), texts)
+    decoder = json.JSONDecoder()
+    declared = np.zeros(rows, dtype=np.int64)
+    lengths = np.zeros(rows, dtype=np.int64)
+    keys: list[str] = []
+    grades: list[float] = []
+    number_types = (int, float)
+    for row, text in enumerate(texts.to_pylist()):
+        if text is None:
+            continue
+        try:
+            value = decode_json(decoder, text) if text.lstrip()[:1] == "{" else None
+        except ValueError:  # invalid JSON, or nested past Python's limit
+            value = None
+        if not isinstance(value, dict):
+            slow[row] = True
+            continue
+        declared[row] = len(value)
+        numbers = list(value.values())
+        # ``type(...) in`` and not isinstance: a boolean is an int to isinstance.
+        if "" in value or not all(type(number) in number_types for number in numbers):
+            slow[row] = True
+            continue
+        try:
+            as_floats = list(map(float, numbers))
+        except OverflowError:  # an integer past the float range
+            slow[row] = True
+            continue
+        keys.extend(value)
+        grades.extend(as_floats)
+        lengths[row] = len(numbers)
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > 2**31 - 1:
+        raise ValueError("too many relevance_scores entries in one chunk")
+    as_map = pa.MapArray.from_arrays(
+        pa.array(offsets.astype(np.int32)),
+        pa.array(keys, pa.large_string()),
+        pa.array(grades, pa.float64()),
+        mask=texts.is_null(),
+    )
+    return as_map, declared
 
 
 def _entries(lists: Any) -> npt.NDArray[np.int64]:

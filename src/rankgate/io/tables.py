@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,18 +81,27 @@ class ArrowSource:
             self._rows_done = done
             yield batch
 
-    def reread(self, rows: Any) -> list[RawRecord]:
-        """The records at these 0-based row numbers, read again (for fields fetched on demand)."""
+    def reread(self, rows: Any, prepare: Callable[[Any], Any] | None = None) -> list[RawRecord]:
+        """The records at these 0-based row numbers, read again (for fields fetched on demand).
+        ``prepare`` may reshape the rows' Arrow table first (a cheaper column of the same meaning
+        for rows already known to be valid)."""
         import numpy as np
         import pyarrow as pa
 
         indices = np.asarray(rows, dtype=np.int64)
         if self._table is not None:
-            picked = self._table.take(indices)
+            if prepare is not None and len(indices):
+                # Only the span the rows lie in is reshaped (they come from one chunk), and before
+                # the rows are taken: taking from a wide struct costs a copy of every field.
+                low = int(indices.min())
+                span = self._table.slice(low, int(indices.max()) - low + 1)
+                picked = prepare(span).take(indices - low)
+            else:
+                picked = self._table.take(indices)
         else:
             assert self._path is not None
             try:
-                picked = _take_parquet_rows(_open_parquet(self._path), indices)
+                picked = _take_parquet_rows(_open_parquet(self._path), indices, prepare)
             except (OSError, pa.ArrowException) as unreadable:  # a page that reads badly now
                 raise InputError(
                     self.name, None, f"cannot read Parquet data ({unreadable})"
@@ -158,8 +167,11 @@ def _parquet_batches(path: Path, rows: int, columns: list[str] | None) -> Iterat
     )
 
 
-def _take_parquet_rows(parquet: Any, indices: Any) -> Any:
-    """Rows of a Parquet file by number, reading only the row groups that hold them."""
+def _take_parquet_rows(
+    parquet: Any, indices: Any, prepare: Callable[[Any], Any] | None = None
+) -> Any:
+    """Rows of a Parquet file by number, reading only the row groups that hold them (each reshaped
+    by ``prepare`` first, when given)."""
     import numpy as np
     import pyarrow as pa
 
@@ -171,8 +183,12 @@ def _take_parquet_rows(parquet: Any, indices: Any) -> Any:
     parts = []
     for group in np.unique(groups):
         table = parquet.read_row_group(int(group))
+        if prepare is not None:
+            table = prepare(table)
         parts.append(table.take(indices[groups == group] - starts[group]))
-    merged = pa.concat_tables(parts) if parts else parquet.schema_arrow.empty_table()
+    if len(parts) == 1:
+        return parts[0]  # one row group: the rows are already in the order asked for
+    merged = pa.concat_tables(parts)
     # Back to the order asked for: rows were gathered group by group.
     position = np.empty(len(indices), dtype=np.int64)
     position[np.concatenate([np.flatnonzero(groups == g) for g in np.unique(groups)])] = np.arange(

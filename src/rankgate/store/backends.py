@@ -76,6 +76,7 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 FETCH_ROWS = 5000
+_KEYS_PER_QUERY = 500  # under SQLite's oldest limit on bound parameters (999)
 #: How long a writer waits, by default, for a lock another process holds (SQLite's busy timeout,
 #: PostgreSQL's lock_timeout) before the write fails with ``StoreUnavailable``.
 LOCK_WAIT_SECONDS = 10.0
@@ -294,6 +295,41 @@ class Backend:
         """Rows of the user's own read-only query, as dicts by column name."""
         yield from self._stream(sql, params)
 
+    # The column that names a trace for ``read_keys``: SQLite's rowid, PostgreSQL's seq.
+    _key = "t.seq"
+
+    def stream_blocks(
+        self, sql: str, params: Sequence[Any], size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows of a query as tuples, ``size`` at a time (text may arrive as bytes)."""
+        raise NotImplementedError
+
+    def read_keys(self, keys: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The undecoded rows of ``read`` for these trace keys (see ``decode``), by key; a key no
+        longer stored is absent."""
+        columns, join = self._labels_lookup()
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(keys), _KEYS_PER_QUERY):
+            part = list(keys[start : start + _KEYS_PER_QUERY])
+            marks = ", ".join([self.placeholder] * len(part))
+            sql = (
+                f"SELECT {self._key} AS rankgate_key, t.trace_id, t.query_id, t.recorded_at, "
+                f"t.variant, t.retrieved_ids, t.attributes, {columns} FROM rankgate_traces t "
+                f"{join} WHERE {self._key} IN ({marks})"
+            )
+            for row in self._stream(sql, part):
+                found[int(row.pop("rankgate_key"))] = row
+        return found
+
+    def _labels_lookup(self) -> tuple[str, str]:
+        """``_labels_join`` for a few traces picked by key: the same columns, looked up per trace
+        rather than aggregated over the whole labels table."""
+        return self._labels_join()
+
+    def decode(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A row of ``read_keys`` as the record ``read`` gives for it."""
+        return self._decode_trace(row)
+
     def summary(self) -> dict[str, Any]:
         traces, first, last = self._execute(
             "SELECT count(*), min(recorded_at), max(recorded_at) FROM rankgate_traces"
@@ -370,6 +406,7 @@ def _sqlite_problem(name: str, problem: Exception, lock_wait: float, doing: str 
 class SQLiteBackend(Backend):
     dialect = "sqlite"
     _arrival = "t.recorded_at, t.rowid"  # rowid: SQLite's own insertion counter
+    _key = "t.rowid"
 
     def __init__(self, url: str, path: Path, *, read_only: bool, lock_wait: float) -> None:
         super().__init__(url, lock_wait)
@@ -486,6 +523,17 @@ class SQLiteBackend(Backend):
             "FROM rankgate_labels GROUP BY query_id) l ON l.query_id = t.query_id"
         )
 
+    def _labels_lookup(self) -> tuple[str, str]:
+        # Through the labels' primary key, in the same (document) order as the GROUP BY's; NULL
+        # for a query without labels, as the LEFT JOIN gives.
+        def aggregate(value: str) -> str:
+            return (
+                f"(SELECT CASE WHEN count(*) THEN json_group_object(document_id, {value}) END "
+                "FROM rankgate_labels WHERE query_id = t.query_id)"
+            )
+
+        return f"{aggregate('grade')} AS grades, {aggregate('labeled_at')} AS stamps", ""
+
     def _stream(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
         try:
             cursor = self.connection.execute(sql, params)
@@ -501,6 +549,27 @@ class SQLiteBackend(Backend):
                 return
             for values in rows:
                 yield dict(zip(names, values, strict=True))
+
+    def stream_blocks(
+        self, sql: str, params: Sequence[Any], size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        # Text as bytes: the lines go to the scanner as bytes, which checks their UTF-8 itself.
+        self.connection.text_factory = bytes
+        try:
+            try:
+                cursor = self.connection.execute(sql, params)
+            except (sqlite3.Error, OverflowError) as problem:
+                raise self._problem(problem, "query failed: ") from None
+            while True:
+                try:
+                    rows = cursor.fetchmany(size)
+                except (sqlite3.Error, OverflowError) as problem:
+                    raise self._problem(problem, "query failed: ") from None
+                if not rows:
+                    return
+                yield rows
+        finally:
+            self.connection.text_factory = str
 
     def _decode_trace(self, row: dict[str, Any]) -> dict[str, Any]:
         where = f"{self.name}: trace {row['trace_id']!r}"
@@ -686,6 +755,28 @@ class PostgresBackend(Backend):
                     cursor.close()
         # Reads end in a rollback: nothing a read-only session still managed to do (a large
         # object, say) outlives it.
+        self.connection.rollback()
+
+    def stream_blocks(
+        self, sql: str, params: Sequence[Any], size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        self._cursors += 1
+        cursor = self.connection.cursor(name=f"rankgate_read_{self._cursors}")
+        cursor.itersize = size
+        try:
+            cursor.execute(sql, params or None)
+            while True:
+                rows = cursor.fetchmany(size)
+                if not rows:
+                    break
+                yield rows
+        except self._psycopg.Error as problem:
+            self._rollback_quietly()
+            raise self._problem(problem, "query failed: ") from None
+        finally:
+            if not cursor.closed:
+                with contextlib.suppress(self._psycopg.Error):
+                    cursor.close()
         self.connection.rollback()
 
     def _decode_trace(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -3,18 +3,28 @@
 ``StoreSource`` yields the same raw records a JSONL file would, with each query's labels joined from
 the labels table, so everything after the reader (validation, batches, metrics, gates) is shared
 and the numbers are the file's numbers.
+
+It is read two ways. The columnar path (``io/columnar.py``) takes it as an ``ArrowSource``: a
+window arrives as Arrow record batches of the fields it asks for (``batches``, built by the
+database and the compiled scanner, see ``columns.py``), and rows it must explain are read again by
+their key (``reread``). Iterating gives the records one by one (``__iter__``), for the stale-label
+filter, separately kept labels and a user's own ``--sql``; both give the same records.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rankgate.errors import Location, UsageError
+import numpy as np
+import numpy.typing as npt
+
+from rankgate.errors import InputError, Location, UsageError
+from rankgate.io.tables import BATCH_ROWS, ArrowSource
 from rankgate.io.validate import FieldMap, RawRecord, lookup_path
 from rankgate.store.backends import Window, connect, redact_url
 from rankgate.times import format_time
@@ -40,7 +50,7 @@ class ReadStats:
     sampled_out: int = 0
 
 
-class StoreSource:
+class StoreSource(ArrowSource):
     """Traces from a store URL, read in batches on a read-only connection."""
 
     def __init__(
@@ -83,11 +93,142 @@ class StoreSource:
         self.fields = fields or FieldMap()
         self.stats = ReadStats()
         # A user's own query may read any database the URL opens, rankgate's tables or not.
+        self._url = url
         self._backend = connect(url, read_only=True, require_store=sql is None)
-        self.total = self._backend.count(self.window) if sql is None else None
+        super().__init__(self.name, total=self._backend.count(self.window) if sql is None else None)
+        # What the columnar read has passed on, block by block: each kept row's key, and its row
+        # number among all rows read (with a sample, kept rows skip numbers), for ``reread``.
+        self._block_starts: list[int] = []
+        self._block_keys: list[npt.NDArray[np.int64]] = []
+        self._block_rows: list[npt.NDArray[np.int64] | None] = []
 
     def done(self) -> int:
         return self.stats.rows
+
+    def schema(self) -> Any:
+        """What the columnar path may ask ``batches`` for, or None when only records will do: a
+        user's own query (its columns are anyone's guess), and a sample of a query ID that lives in
+        the attributes. Without the compiled scanner the record path reads everything too."""
+        from rankgate.io import jsonl_arrow
+        from rankgate.store.columns import StoreColumns
+
+        if self.sql is not None or not jsonl_arrow.available():
+            return None
+        if self.sample is not None and self.fields.query_id != "query_id":
+            return None
+        return StoreColumns(self.fields)
+
+    def batches(self, rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[Any]:
+        """The window as record batches of ``columns`` (trace fields with the scanner's types,
+        anything else as text, as ``segment_value`` gives it); a row the scanner is unsure of has
+        a null ranking, which sends it to the validator through ``reread``."""
+        from rankgate.store.columns import line_blocks
+
+        paths = self.fields.paths()
+        wanted = list(dict.fromkeys(columns if columns is not None else paths))
+        segments = [name for name in wanted if name not in paths]
+        # A name a line does not carry (labeled_at): every row goes to the validator.
+        unsure = "labeled_at" in wanted
+        scanned = [*paths, *segments]
+        kept = 0
+        lines: list[bytes] = []
+        keys: list[int] = []
+        numbers: list[int] = []
+        try:
+            for block in line_blocks(self._backend, self.window, query_ids=self.sample is not None):
+                first_number = self.stats.rows + 1
+                self.stats.rows += len(block.keys)
+                if self.sample is None:
+                    lines.extend(block.lines)
+                    keys.extend(block.keys)
+                else:
+                    assert block.query_ids is not None
+                    for offset, (key, query_id, line) in enumerate(
+                        zip(block.keys, block.query_ids, block.lines, strict=True)
+                    ):
+                        text = query_id.decode() if isinstance(query_id, bytes) else query_id
+                        if sampled(text, self.sample, self.seed):
+                            lines.append(line)
+                            keys.append(key)
+                            numbers.append(first_number + offset)
+                        else:
+                            self.stats.sampled_out += 1
+                while len(lines) >= rows:
+                    yield self._batch(
+                        lines[:rows], keys[:rows], numbers[:rows], kept, scanned, wanted, unsure
+                    )
+                    kept += rows
+                    del lines[:rows], keys[:rows], numbers[:rows]
+            if lines:
+                yield self._batch(lines, keys, numbers, kept, scanned, wanted, unsure)
+        finally:
+            self._backend.close()
+
+    def _batch(
+        self,
+        lines: list[bytes],
+        keys: list[int],
+        numbers: list[int],
+        first: int,
+        scanned: list[str],
+        wanted: list[str],
+        unsure: bool,
+    ) -> Any:
+        """One record batch of ``wanted`` columns from these lines; remembers the rows' keys."""
+        import pyarrow as pa
+
+        from rankgate.store.columns import parse_lines
+
+        paths = self.fields.paths()
+        segments = scanned[len(paths) :]
+        table, slow = parse_lines(lines, self.fields, segments, first + 1)
+        if unsure:
+            slow[:] = True
+        self._block_keys.append(np.asarray(keys, dtype=np.int64))
+        self._block_rows.append(np.asarray(numbers, dtype=np.int64) if numbers else None)
+        self._block_starts.append(first)
+        by_name = dict(zip(scanned, table.columns, strict=True))
+        retrieved = by_name[self.fields.retrieved_ids]
+        if slow.any():
+            # A null ranking is what the columnar path sends to the validator.
+            by_name[self.fields.retrieved_ids] = pa.LargeListArray.from_arrays(
+                retrieved.offsets, retrieved.values, mask=pa.array(slow)
+            )
+        self._rows_done = first + len(lines)
+        return pa.record_batch([by_name[name] for name in wanted], names=wanted)
+
+    def reread(self, rows: Any, prepare: Callable[[Any], Any] | None = None) -> list[RawRecord]:
+        """The records at these 0-based positions among the rows ``batches`` passed on, read
+        again by key on a connection of their own, exactly as iterating gives them (``prepare``
+        reshapes an Arrow table's rows; a store's are records already)."""
+        positions = np.asarray(rows, dtype=np.int64)
+        starts = np.asarray(self._block_starts, dtype=np.int64)
+        blocks = np.searchsorted(starts, positions, side="right") - 1
+        keys = np.empty(len(positions), dtype=np.int64)
+        numbers = positions + 1
+        for block in np.unique(blocks).tolist():
+            members = blocks == block
+            offsets = positions[members] - starts[block]
+            keys[members] = self._block_keys[block][offsets]
+            block_rows = self._block_rows[block]
+            if block_rows is not None:
+                numbers[members] = block_rows[offsets]
+        backend = connect(self._url, read_only=True)
+        try:
+            found = backend.read_keys(keys.tolist())
+            records = []
+            for key, number, position in zip(
+                keys.tolist(), numbers.tolist(), positions.tolist(), strict=True
+            ):
+                row = found.get(key)
+                if row is None:
+                    raise InputError(self.name, None, "the store changed while it was read")
+                records.append(
+                    RawRecord(Location(self.name, row=number), backend.decode(row), position + 1)
+                )
+            return records
+        finally:
+            backend.close()
 
     def __iter__(self) -> Iterator[RawRecord]:
         rows = (

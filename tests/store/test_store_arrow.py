@@ -1,0 +1,276 @@
+"""The store read as Arrow columns gives what the record path gives: values, counts, messages.
+
+Each store is filled with awkward traces (labels old and new, labels kept in the attributes,
+variants, attributes of every JSON type, IDs with quotes, backslashes and non-ASCII text,
+duplicates, empty and invalid rankings, grades out of range), then scored twice: once as
+``evaluate`` reads a store (the columnar path, ``StoreSource.batches``), once through the record
+path (``StoreSource`` iterated record by record). The JSON of the two evaluations must be equal,
+per query and to the last digit, in every window, sample and segmentation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rankgate import evaluate
+from rankgate.errors import InputError
+from rankgate.evaluate import Settings
+from rankgate.stale import LabelFilter
+from rankgate.store import StoreSource, Window
+from rankgate.store.backends import LabelRow, TraceRow, connect
+
+Rankgate = Callable[..., Any]  # the `rankgate` fixture: runs the CLI in-process
+METRICS = ["ndcg@10", "precision@5", "recall@20", "map", "mrr"]
+START = datetime(2026, 11, 30, tzinfo=UTC)
+ODD_IDS = ['d"quote', "d\\back", "d\u00e9t\u00e9", "\u6587\u66f8", "a b", "d/1", "x" * 40]
+
+
+class RecordPath(StoreSource):
+    """The store read record by record, as before the columnar read: the reference."""
+
+    def schema(self) -> Any:
+        return None
+
+
+def fill(url: str, seed: int = 5, traces: int = 420) -> None:
+    """A store holding every shape the readers must agree on."""
+    rng = random.Random(seed)
+    backend = connect(url)
+    pool = [f"d{n}" for n in range(60)] + ODD_IDS
+    rows, labels = [], []
+    for number in range(traces):
+        query = f"q{number % 150}"
+        ids = rng.sample(pool, rng.randint(1, 30))
+        if rng.random() < 0.1:
+            ids.append(ids[0])  # a duplicate, dropped and counted
+        if number % 97 == 5:
+            ids = []  # nothing retrieved
+        if number % 89 == 7:
+            ids = ["ok", ""]  # an empty ID: the validator's message
+        attributes: dict[str, Any] = {
+            "segment": rng.choice(["web", "app", "voice"]),
+            "n": rng.randint(0, 3),
+            "flag": rng.random() < 0.5,
+            "ratio": rng.choice([0.5, 1.25, 2.0]),
+        }
+        if number % 5 == 0:
+            attributes["nested"] = {"b": [1, "x"], "a": None}
+        if number % 7 == 0:
+            attributes["query_id"] = "not-this-one"  # the store's own column wins
+        if number % 11 == 0:
+            del attributes["segment"]
+        if number % 13 == 0:
+            attributes["note"] = 'line\nbreak "quoted" \\ \u00e9'
+        if number % 17 == 0:
+            # Labels carried by the trace itself: used when the labels table has none.
+            attributes["relevance_scores"] = {ids[0] if ids else "z": 2}
+        if number % 19 == 0:
+            attributes["relevant_ids"] = ids[:2]
+        variant = [None, "a", "b"][number % 3]
+        if variant is None and number % 2:
+            attributes["variant"] = "from-attributes"
+        rows.append(
+            TraceRow(
+                trace_id=f"t{number}",
+                query_id=query,
+                recorded_at=START + timedelta(minutes=7 * number),
+                variant=variant,
+                retrieved_ids=ids,
+                attributes=attributes,
+            )
+        )
+    for number in range(150):
+        if number % 10 == 3:
+            continue  # unlabeled in the table
+        for doc in rng.sample(pool, rng.randint(1, 6)):
+            grade = float(rng.choice([0, 1, 2, 3, 0.5]))
+            if number == 42:
+                grade = 5000.0  # past the largest grade: the validator's message
+            stamp = START - timedelta(days=rng.choice([1, 40, 400]))
+            labels.append(
+                LabelRow(f"q{number}", doc, grade, None if number % 9 == 0 else stamp, "test")
+            )
+    try:
+        backend.insert_traces(rows)
+        backend.upsert_labels(labels)
+        backend.commit()
+    finally:
+        backend.close()
+
+
+def scored(source_type: type[StoreSource], url: str, **options: Any) -> tuple[str, StoreSource]:
+    window = options.pop("window", None)
+    source = source_type(url, window, sample=options.pop("sample", None), seed=3)
+    settings = Settings(resamples=50, seed=3, **options)
+    evaluation = evaluate(source, METRICS, settings=settings, worst=5)
+    return evaluation.to_json(per_query=True), source
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "everything": {"on_invalid": "skip"},
+    "segments": {"on_invalid": "skip", "segment_by": ("segment", "n", "flag", "variant", "nested")},
+    "ratio segment": {"on_invalid": "skip", "segment_by": ("ratio", "note")},
+    "window and variant": {
+        "on_invalid": "skip",
+        "window": Window(START + timedelta(hours=5), START + timedelta(hours=30), ("a",)),
+    },
+    "sample": {"on_invalid": "skip", "sample": 0.5, "segment_by": ("segment",)},
+    "zero for no relevant": {"on_invalid": "skip", "empty_relevant": "zero"},
+    "stale labels": {
+        "on_invalid": "skip",
+        "label_filter": LabelFilter(max_age=timedelta(days=100), as_of=START),
+    },
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_columnar_read_equals_the_record_path(store_url: str, case: str) -> None:
+    fill(store_url)
+    options = CASES[case]
+    columnar, source = scored(StoreSource, store_url, **dict(options))
+    reference, _ = scored(RecordPath, store_url, **dict(options))
+    assert columnar == reference
+    report = json.loads(columnar)
+    assert report["summary"]["scored"] > 20
+    # The columnar read was taken (the stale-label filter keeps to records).
+    assert bool(source._block_keys) == ("label_filter" not in options)
+    if not {"label_filter", "window", "sample"} & options.keys():
+        assert report["summary"]["skipped"]["invalid"] >= 3
+        assert report["summary"]["invalid_examples"]
+
+
+def test_sampled_counts_and_rows_match(store_url: str) -> None:
+    fill(store_url)
+    _, columnar = scored(StoreSource, store_url, on_invalid="skip", sample=0.3)
+    _, reference = scored(RecordPath, store_url, on_invalid="skip", sample=0.3)
+    assert (columnar.stats.rows, columnar.stats.sampled_out) == (
+        reference.stats.rows,
+        reference.stats.sampled_out,
+    )
+    assert 0 < columnar.stats.sampled_out < columnar.stats.rows
+
+
+def test_first_invalid_row_fails_with_the_record_paths_message(store_url: str) -> None:
+    fill(store_url)
+    messages = []
+    for source_type in (StoreSource, RecordPath):
+        with pytest.raises(InputError) as failure:
+            scored(source_type, store_url)
+        messages.append(str(failure.value))
+    assert messages[0] == messages[1]
+    assert "row " in messages[0]
+
+
+def test_cli_store_eval_equals_the_record_path_per_query(
+    rankgate: Rankgate, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill(store_url)
+    args = [
+        "eval", store_url, "-m", ",".join(METRICS), "--no-config", "--format", "json",
+        "--per-query", "--on-invalid", "skip", "--segment-by", "segment",
+        "--since", "2026-11-30T03:00:00Z", "--until", "2026-12-01T12:00:00Z", "--variant", "b",
+    ]  # fmt: skip
+    columnar = rankgate(*args)
+    assert columnar.code in (0, 1), columnar.err
+    monkeypatch.setattr(StoreSource, "schema", RecordPath.schema)
+    reference = rankgate(*args)
+    assert columnar.out == reference.out
+    assert columnar.json()["summary"]["read"] > 0
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'hand.db'}"
+
+
+def _raw_insert(url: str, *rows: tuple[Any, ...]) -> None:
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        db.executemany("INSERT INTO rankgate_traces VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+
+def test_hand_edited_sqlite_rows_read_as_the_record_path_reads_them(sqlite_url: str) -> None:
+    fill(sqlite_url, traces=60)
+    stamp = "2026-11-30T23:00:00.000000Z"
+    _raw_insert(
+        sqlite_url,
+        # Whitespace and line breaks between tokens: legal JSON, kept as written.
+        ("h1", "q1", stamp, None, '[\n "d1",\n "d2"\n]', '{\n "segment": "web"\n}'),
+        # JSON of the wrong shape: an object for the ranking, a list for the attributes.
+        ("h2", "q2", stamp, None, '{"d1": 1}', "[1, 2]"),
+        # Attributes left empty, a number where text belongs.
+        ("h3", "q3", stamp, 7, '["d1"]', ""),
+        ("h4", 12, stamp, None, '["d1", "d3"]', "null"),
+    )
+    for options in ({"on_invalid": "skip"}, {"on_invalid": "skip", "segment_by": ("segment",)}):
+        columnar, _ = scored(StoreSource, sqlite_url, **dict(options))
+        reference, _ = scored(RecordPath, sqlite_url, **dict(options))
+        assert columnar == reference
+
+
+def test_damaged_json_cannot_rewrite_a_trace(sqlite_url: str) -> None:
+    """A ranking whose text is not one JSON value could, spliced into a line, set other keys; it
+    is refused exactly as the record path refuses it."""
+    fill(sqlite_url, traces=30)
+    _raw_insert(
+        sqlite_url,
+        ("bad", "q1", "2026-11-30T23:00:00.000000Z", None, '["d1"],"query_id":"forged"', "{}"),
+    )
+    messages = []
+    for source_type in (StoreSource, RecordPath):
+        with pytest.raises(InputError) as failure:
+            scored(source_type, sqlite_url, on_invalid="skip")
+        messages.append(str(failure.value))
+    assert messages[0] == messages[1]
+    assert "trace 'bad'" in messages[0] and "stored JSON is damaged" in messages[0]
+
+
+def test_own_sql_still_reads_records(rankgate: Rankgate, sqlite_url: str) -> None:
+    fill(sqlite_url, traces=60)
+    run = rankgate(
+        "eval", sqlite_url, "--sql",
+        "SELECT t.query_id, t.retrieved_ids, l.grades AS relevance_scores FROM rankgate_traces t "
+        "JOIN (SELECT query_id, json_group_object(document_id, grade) AS grades "
+        "FROM rankgate_labels GROUP BY query_id) l USING (query_id) WHERE t.rowid < 20",
+        "-m", "ndcg@10", "--no-config", "--format", "json", "--on-invalid", "skip",
+    )  # fmt: skip
+    assert run.code in (0, 1), run.err
+    assert run.json()["summary"]["read"] > 0
+
+
+def test_rows_the_database_cannot_vouch_for_go_to_the_validator(sqlite_url: str) -> None:
+    """Read as columns, the damaged ranking is a null (the validator's row), never forged
+    labels; a line break inside stored JSON does not split the row."""
+    import pyarrow as pa
+
+    fill(sqlite_url, traces=30)
+    _raw_insert(
+        sqlite_url,
+        # q3 has no labels: spliced as it is, this text would give it some.
+        (
+            "bad",
+            "q3",
+            "2026-11-30T23:00:00.000000Z",
+            None,
+            '["d1"],"relevance_scores":{"d1":3}',
+            "{}",
+        ),
+        ("wrapped", "q2", "2026-11-30T23:30:00.000000Z", None, '[\n"d1"]', "{}"),
+    )
+    source = StoreSource(sqlite_url)
+    wanted = ["query_id", "retrieved_ids", "relevance_scores"]
+    table = pa.Table.from_batches(list(source.batches(columns=wanted)))
+    assert table.num_rows == 32
+    assert table.column("relevance_scores").to_pylist()[-2] is None
+    assert table.column("retrieved_ids").to_pylist()[-2:] == [None, None]
+    (record,) = source.reread([31])
+    assert record.value["trace_id"] == "wrapped" and record.value["retrieved_ids"] == ["d1"]
+    assert str(record.location).endswith("row 32")
