@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 CORE   := $(VENV)/.rankgate-core
 DEV    := $(VENV)/.rankgate-dev
 
-.PHONY: demo test check lint typecheck docs clean bench bench-store fuzz
+.PHONY: demo test check lint typecheck docs clean bench bench-10m bench-store fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,15 +57,23 @@ typecheck: $(DEV)
 	$(BIN)/mypy src
 
 ## bench: seeded synthetic traces (QUERIES x 100 retrieved, graded labels) as JSON Lines and
-## Parquet, scored by rankgate, ranx and pytrec_eval in one run; prints wall time, peak memory and
-## ratios, and rankgate against a bare pyarrow read of the same file (QUERIES=20000 for a quick look);
-## then the start-up cost of `rankgate eval` on 10 traces, and the monitor's HTTP intake rate
-## (fails below 5,000 events/s)
+## Parquet, scored by rankgate, ranx and pytrec_eval in one run (wall time, peak memory, ratios,
+## rankgate against a bare pyarrow read); in the same run the same traces from a SQLite and a
+## PostgreSQL store (PostgreSQL on localhost, or RANKGATE_BENCH_POSTGRES), compare paired and
+## unpaired, struct-grade Parquet and a pandas DataFrame, then issue 16's target table (exits 1 on
+## a missed target or a disagreement; QUERIES=20000 for a quick look); then the start-up cost of
+## `rankgate eval` on 10 traces, and the monitor's HTTP intake rate (fails below 5,000 events/s)
 bench: $(DEV)
 	@mkdir -p build
-	$(BIN)/python bench/throughput.py --queries $(QUERIES)
+	$(BIN)/python bench/targets.py --queries $(QUERIES)
 	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/monitor_load.py --seconds 10 --min-rate 5000
+
+## bench-10m: peak memory of `rankgate eval` on 10M traces as JSON Lines and as Parquet (target
+## 1.5 GB); the 19 GB of generated files are deleted afterwards
+bench-10m: $(DEV)
+	@mkdir -p build
+	$(BIN)/python bench/targets.py --big --queries 10000000
 
 ## bench-store: fill a SQLite store with 1M synthetic traces and time `rankgate eval` on it
 ## (STORE=postgresql://... for PostgreSQL; QUERIES=N for another size)

@@ -272,12 +272,23 @@ def generate(workdir: Path, queries: int, depth: int, seed: int) -> tuple[Path, 
 class Step:
     """One child process: what it runs, on which input, and what it reported."""
 
-    def __init__(self, key: str, tool: str, source: str, argv: list[str], *, capped: bool) -> None:
+    def __init__(
+        self,
+        key: str,
+        tool: str,
+        source: str,
+        argv: list[str],
+        *,
+        capped: bool,
+        ok_exits: tuple[int, ...] = (0,),
+    ) -> None:
         self.key = key
         self.tool = tool
-        self.source = source  # "JSONL" or "Parquet"
+        self.source = source  # "JSONL" or "Parquet" (bench/targets.py: any input's name)
         self.argv = argv
         self.capped = capped
+        # Exit codes that mean the run did its job: compare exits 1 when it flags a regression.
+        self.ok_exits = ok_exits
         self.status = "not run"  # ok | out of memory | timeout | failed (...)
         self.wall: float | None = None
         self.peak_gb: float | None = None
@@ -341,14 +352,16 @@ def run_step(step: Step, logs: Path, timeout: float, memory_cap: int) -> None:
     stderr = err_path.read_text(errors="replace")
     last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     hints = ("MemoryError", "bad_alloc", "out of memory", "Cannot allocate memory")
-    if code == 3 or (code != 0 and any(hint in stderr for hint in hints)):
+    if (code == 3 and not step.tool.startswith("rankgate")) or (
+        code != 0 and any(hint in stderr for hint in hints)
+    ):
         step.status = "out of memory"
         return
     if code < 0:
         cap = " under the memory cap" if step.capped else ""
         step.status = f"killed by signal {-code}{cap}"
         return
-    if code != 0:
+    if code not in step.ok_exits:
         tail = (stderr.strip().splitlines() or ["(no message)"])[-1]
         step.status = f"failed (exit {code}: {tail[:120]})"
         return
@@ -357,6 +370,24 @@ def run_step(step: Step, logs: Path, timeout: float, memory_cap: int) -> None:
             report = json.loads(stdout)
             step.means = {RANKGATE_KEYS[name]: value for name, value in report["metrics"].items()}
             step.report = {"summary": report.get("summary")}
+        elif step.tool == "rankgate compare":
+            # The baseline's means stand for the run (they must equal eval's of the same traces).
+            report = json.loads(stdout)
+            cells = [cell for cell in report["cells"] if cell.get("segment") is None]
+            step.means = {
+                RANKGATE_KEYS[cell["metric"]]: cell["baseline_mean"]
+                for cell in cells
+                if cell["metric"] in RANKGATE_KEYS
+            }
+            result = report["results"][0]
+            step.report = {
+                "read": report.get("read"),
+                "rows": result.get("scored"),
+                "design": result.get("design"),
+                "baseline_queries": cells[0]["baseline_queries"] if cells else None,
+                "candidate_queries": cells[0]["candidate_queries"] if cells else None,
+                "regressions": report.get("regressions"),
+            }
         else:
             step.report = json.loads(last)
             step.means = step.report.get("means")

@@ -18,9 +18,16 @@
  * The GIL is released for the whole scan: output goes into malloc'd growable buffers, which are
  * handed to Python as they are (Block objects) at the end. Nothing here recurses except skipping
  * nested values, and that stops at MAX_DEPTH. Every read is bounded by the end of the current line.
+ *
+ * Chunk after chunk, the output buffers are the same dozen arrays of about the same sizes. Fresh
+ * multi-megabyte allocations are new mappings the kernel zeroes page by page, which cost more than
+ * the parsing; so a freed Block's buffer goes to a small pool (at most POOL_LIMIT_BYTES) and the
+ * next parse takes it back, each array sized up front from what the previous chunk needed per
+ * input byte. The process's allocator is left as it is.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pythread.h>
 
 #include <float.h>
 #include <locale.h>
@@ -71,17 +78,105 @@ typedef struct {
     size_t cap;
 } Buf;
 
+/* ------------------------------------------------------------------------------------------- */
+/* The pool of spare output buffers                                                             */
+
+/* Buffers smaller than this are left to malloc, which keeps and reuses small blocks itself. */
+#define POOL_MIN_BYTES ((size_t)64 * 1024)
+/* What the pool may hold at most, in bytes and in buffers: a couple of chunks' output. */
+#define POOL_LIMIT_BYTES ((size_t)64 * 1024 * 1024)
+#define POOL_SLOTS 64
+
+typedef struct {
+    uint8_t *p;
+    size_t cap;
+} Spare;
+
+/* Taken with or without the GIL: parse fills buffers with it released, Blocks die holding it. */
+static PyThread_type_lock pool_lock = NULL;
+static Spare pool[POOL_SLOTS];
+static size_t pool_count = 0;
+static size_t pool_bytes = 0;
+
+static void pool_enter(void) { PyThread_acquire_lock(pool_lock, WAIT_LOCK); }
+static void pool_leave(void) { PyThread_release_lock(pool_lock); }
+
+/* The smallest spare buffer holding at least `need` bytes and at most `most`, or NULL. */
+static uint8_t *pool_take(size_t need, size_t most, size_t *cap) {
+    if (need < POOL_MIN_BYTES || !pool_lock) return NULL;
+    uint8_t *found = NULL;
+    pool_enter();
+    size_t best = pool_count;
+    for (size_t i = 0; i < pool_count; i++) {
+        if (pool[i].cap >= need && pool[i].cap <= most &&
+            (best == pool_count || pool[i].cap < pool[best].cap))
+            best = i;
+    }
+    if (best < pool_count) {
+        found = pool[best].p;
+        *cap = pool[best].cap;
+        pool_bytes -= pool[best].cap;
+        pool[best] = pool[--pool_count];
+    }
+    pool_leave();
+    return found;
+}
+
+/* Keep a buffer that is no longer used for a later parse, or free it when the pool is full. */
+static void pool_give(uint8_t *p, size_t cap) {
+    if (!p) return;
+    if (cap >= POOL_MIN_BYTES && pool_lock) {
+        int kept = 0;
+        pool_enter();
+        if (pool_count < POOL_SLOTS && pool_bytes + cap <= POOL_LIMIT_BYTES) {
+            pool[pool_count].p = p;
+            pool[pool_count].cap = cap;
+            pool_count++;
+            pool_bytes += cap;
+            kept = 1;
+        }
+        pool_leave();
+        if (kept) return;
+    }
+    free(p);
+}
+
 static int buf_grow(Buf *b, size_t need) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need) {
         if (cap > SIZE_MAX / 2) return -1;
         cap *= 2;
     }
+    size_t spare_cap = 0;
+    uint8_t *spare = cap >= POOL_MIN_BYTES ? pool_take(need, cap, &spare_cap) : NULL;
+    if (spare) {
+        if (b->len) memcpy(spare, b->p, b->len);
+        pool_give(b->p, b->cap);
+        b->p = spare;
+        b->cap = spare_cap;
+        return 0;
+    }
     uint8_t *grown = realloc(b->p, cap);
     if (!grown) return -1;
     b->p = grown;
     b->cap = cap;
     return 0;
+}
+
+/* An empty buffer made ready for about `want` bytes: a spare one when the pool has one that is
+ * not much larger, else a new one. Growing past `want` later works as usual. */
+static int buf_presize(Buf *b, size_t want) {
+    if (want < POOL_MIN_BYTES || b->cap >= want) return 0;
+    size_t spare_cap = 0;
+    uint8_t *spare = pool_take(want, want + want / 2, &spare_cap);
+    if (spare) {
+        if (b->len) memcpy(spare, b->p, b->len);
+        pool_give(b->p, b->cap);
+        b->p = spare;
+        b->cap = spare_cap;
+        return 0;
+    }
+    return buf_grow(b, want);
 }
 
 /* Room for `extra` more bytes. `extra` is bounded by the input size, so len + extra cannot wrap. */
@@ -106,7 +201,7 @@ static inline int buf_u8(Buf *b, uint8_t value) {
 }
 
 static void buf_free(Buf *b) {
-    free(b->p);
+    pool_give(b->p, b->cap);
     b->p = NULL;
     b->len = b->cap = 0;
 }
@@ -220,6 +315,88 @@ static void parser_free(Parser *P) {
     free(P->seg_valid);
     free(P->seg_mark);
     buf_free(&P->key_scratch);
+}
+
+/* The output arrays in the order of the result's keys; each segment field adds three more. */
+#define OUTPUT_COUNT 19
+typedef struct {
+    const char *key;
+    Buf *buf;
+} Output;
+
+static void outputs_of(Parser *P, Output out[OUTPUT_COUNT]) {
+    Output all[OUTPUT_COUNT] = {
+        {"status", &P->status},
+        {"line_index", &P->line_index},
+        {"line_start", &P->line_start},
+        {"line_end", &P->line_end},
+        {"query_id_valid", &P->qid.valid},
+        {"query_id_offsets", &P->qid.offsets},
+        {"query_id_data", &P->qid.data},
+        {"retrieved_lists", &P->retrieved.lists},
+        {"retrieved_offsets", &P->retrieved.offsets},
+        {"retrieved_data", &P->retrieved.data},
+        {"relevant_valid", &P->relevant.valid},
+        {"relevant_lists", &P->relevant.lists},
+        {"relevant_offsets", &P->relevant.offsets},
+        {"relevant_data", &P->relevant.data},
+        {"scores_valid", &P->scores.valid},
+        {"scores_entries", &P->scores.entries},
+        {"scores_key_offsets", &P->scores.key_offsets},
+        {"scores_key_data", &P->scores.key_data},
+        {"scores_values", &P->scores.values},
+    };
+    memcpy(out, all, sizeof all);
+}
+
+/* Sizing hints: bytes of each output array per input byte in the last chunk big enough to say
+ * (the three arrays of a segment field share theirs). Guarded by pool_lock. */
+#define HINT_COUNT (OUTPUT_COUNT + 3)
+#define HINT_FROM_BYTES ((size_t)256 * 1024)
+static double size_hints[HINT_COUNT];
+
+static Buf *segment_buf(TextColumn *c, int which) {
+    return which == 0 ? &c->valid : which == 1 ? &c->offsets : &c->data;
+}
+
+/* Make every output array ready for what a chunk of `size` bytes needed last time (plus a
+ * sixteenth), taking spare buffers from the pool. Only a guess: arrays grow past it as needed. */
+static int parser_presize(Parser *P, size_t size) {
+    if (size < HINT_FROM_BYTES || !pool_lock) return 0;
+    double hints[HINT_COUNT];
+    pool_enter();
+    memcpy(hints, size_hints, sizeof hints);
+    pool_leave();
+    Output out[OUTPUT_COUNT];
+    outputs_of(P, out);
+    for (int i = 0; i < OUTPUT_COUNT; i++) {
+        if (buf_presize(out[i].buf, (size_t)(hints[i] * (double)size * 1.0625)) < 0) return -1;
+    }
+    for (size_t s = 0; s < P->nseg; s++) {
+        for (int j = 0; j < 3; j++) {
+            size_t want = (size_t)(hints[OUTPUT_COUNT + j] * (double)size * 1.0625);
+            if (buf_presize(segment_buf(&P->segments[s], j), want) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* Remember what this chunk needed per input byte, for the next one. */
+static void parser_learn(Parser *P, size_t size) {
+    if (size < HINT_FROM_BYTES || !pool_lock) return;
+    Output out[OUTPUT_COUNT];
+    outputs_of(P, out);
+    pool_enter();
+    for (int i = 0; i < OUTPUT_COUNT; i++) size_hints[i] = (double)out[i].buf->len / (double)size;
+    for (int j = 0; j < 3; j++) {
+        size_t most = 0;
+        for (size_t s = 0; s < P->nseg; s++) {
+            size_t len = segment_buf(&P->segments[s], j)->len;
+            if (len > most) most = len;
+        }
+        if (P->nseg) size_hints[OUTPUT_COUNT + j] = (double)most / (double)size;
+    }
+    pool_leave();
 }
 
 /* Every offsets array starts with its leading 0. */
@@ -1008,10 +1185,11 @@ typedef struct {
     PyObject_HEAD
     uint8_t *p;
     Py_ssize_t len;
+    size_t cap;
 } Block;
 
 static void block_dealloc(Block *self) {
-    free(self->p);
+    pool_give(self->p, self->cap);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1044,13 +1222,19 @@ static PyObject *block_from(Buf *b) {
         buf_free(b);
         return NULL;
     }
-    if (b->len && b->len < b->cap) { /* give back spare capacity; keep the block if that fails */
+    if (b->len && b->len < b->cap && b->cap < POOL_MIN_BYTES) {
+        /* give back spare capacity (keep the block if that fails); a bigger buffer keeps all of
+         * it, since it goes back to the pool whole */
         uint8_t *fitted = realloc(b->p, b->len);
-        if (fitted) b->p = fitted;
+        if (fitted) {
+            b->p = fitted;
+            b->cap = b->len;
+        }
     }
     block->p = b->len ? b->p : NULL;
     block->len = (Py_ssize_t)b->len;
-    if (!b->len) free(b->p);
+    block->cap = b->len ? b->cap : 0;
+    if (!b->len) pool_give(b->p, b->cap);
     b->p = NULL;
     b->len = b->cap = 0;
     return (PyObject *)block;
@@ -1073,31 +1257,9 @@ static PyObject *build_result(Parser *P) {
         goto fail;
     }
     Py_DECREF(rows);
-    struct {
-        const char *key;
-        Buf *buf;
-    } parts[] = {
-        {"status", &P->status},
-        {"line_index", &P->line_index},
-        {"line_start", &P->line_start},
-        {"line_end", &P->line_end},
-        {"query_id_valid", &P->qid.valid},
-        {"query_id_offsets", &P->qid.offsets},
-        {"query_id_data", &P->qid.data},
-        {"retrieved_lists", &P->retrieved.lists},
-        {"retrieved_offsets", &P->retrieved.offsets},
-        {"retrieved_data", &P->retrieved.data},
-        {"relevant_valid", &P->relevant.valid},
-        {"relevant_lists", &P->relevant.lists},
-        {"relevant_offsets", &P->relevant.offsets},
-        {"relevant_data", &P->relevant.data},
-        {"scores_valid", &P->scores.valid},
-        {"scores_entries", &P->scores.entries},
-        {"scores_key_offsets", &P->scores.key_offsets},
-        {"scores_key_data", &P->scores.key_data},
-        {"scores_values", &P->scores.values},
-    };
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    Output parts[OUTPUT_COUNT];
+    outputs_of(P, parts);
+    for (size_t i = 0; i < OUTPUT_COUNT; i++) {
         if (set_block(out, parts[i].key, parts[i].buf) < 0) goto fail;
     }
     PyObject *segments = PyTuple_New((Py_ssize_t)P->nseg);
@@ -1188,7 +1350,9 @@ static PyObject *parse(PyObject *self, PyObject *args) {
 
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    failed = parse_all(&P, (const uint8_t *)view.buf, (size_t)view.len);
+    failed = parser_presize(&P, (size_t)view.len) < 0 ||
+             parse_all(&P, (const uint8_t *)view.buf, (size_t)view.len) < 0;
+    if (!failed) parser_learn(&P, (size_t)view.len);
     Py_END_ALLOW_THREADS
     if (failed) {
         PyErr_NoMemory();
@@ -1206,8 +1370,45 @@ PyDoc_STRVAR(parse_doc,
              "Trace columns, in Arrow layout, from the JSON Lines in a bytes-like object.\n"
              "See rankgate/_jsonl.pyi for the arguments and the keys of the result.");
 
+/* Free the pool's spare buffers, for a caller done reading; returns the bytes freed. */
+static PyObject *release(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    Spare held[POOL_SLOTS];
+    size_t count = 0, bytes = 0;
+    if (pool_lock) {
+        pool_enter();
+        count = pool_count;
+        bytes = pool_bytes;
+        memcpy(held, pool, count * sizeof(Spare));
+        pool_count = 0;
+        pool_bytes = 0;
+        pool_leave();
+    }
+    for (size_t i = 0; i < count; i++) free(held[i].p);
+    return PyLong_FromSize_t(bytes);
+}
+
+/* Bytes and buffers the pool holds now. */
+static PyObject *pooled(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    size_t count = 0, bytes = 0;
+    if (pool_lock) {
+        pool_enter();
+        count = pool_count;
+        bytes = pool_bytes;
+        pool_leave();
+    }
+    return Py_BuildValue("(nn)", (Py_ssize_t)bytes, (Py_ssize_t)count);
+}
+
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS, parse_doc},
+    {"release", release, METH_NOARGS,
+     PyDoc_STR("release() -> int\n\nFree the spare output buffers kept for the next parse.")},
+    {"pooled", pooled, METH_NOARGS,
+     PyDoc_STR("pooled() -> (bytes, buffers)\n\nWhat the pool of spare buffers holds.")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1219,6 +1420,7 @@ PyMODINIT_FUNC PyInit__jsonl(void) {
     if (!c_numeric_locale) c_numeric_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     /* left at 0 on failure: number_value then sends hard numbers to Python */
 #endif
+    if (!pool_lock) pool_lock = PyThread_allocate_lock(); /* NULL: no pool, plain malloc */
     if (PyType_Ready(&BlockType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
@@ -1233,7 +1435,8 @@ PyMODINIT_FUNC PyInit__jsonl(void) {
         PyModule_AddIntConstant(m, "MAX_IDS_PER_RANKING", MAX_IDS_PER_RANKING) < 0 ||
         PyModule_AddIntConstant(m, "MAX_LABELS_PER_QUERY", MAX_LABELS_PER_QUERY) < 0 ||
         PyModule_AddIntConstant(m, "MAX_ID_BYTES", MAX_ID_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_TEXT_BYTES", MAX_TEXT_BYTES) < 0) {
+        PyModule_AddIntConstant(m, "MAX_TEXT_BYTES", MAX_TEXT_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "POOL_LIMIT_BYTES", (long)POOL_LIMIT_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

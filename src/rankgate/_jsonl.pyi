@@ -20,7 +20,11 @@
 #
 # Every array is a Block in native byte order (all offsets int64): a read-only buffer over the
 # memory the parser filled, so nothing is copied; numpy.frombuffer and pyarrow.py_buffer take it
-# directly and keep it alive. bytes(block) copies it.
+# directly and keep it alive. bytes(block) copies it. A Block's memory goes back to a pool of
+# spare buffers when it is freed (at most POOL_LIMIT_BYTES), and the next parse reuses it.
+#
+# release() frees the pool's spare buffers and returns the bytes freed; pooled() gives the bytes
+# and the number of buffers it holds.
 from typing import final
 
 from typing_extensions import Buffer
@@ -30,6 +34,10 @@ class Block:
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __len__(self) -> int: ...
 
+POOL_LIMIT_BYTES: int
+
+def release() -> int: ...
+def pooled() -> tuple[int, int]: ...
 def parse(
     data: Buffer, fields: tuple[str, str, str, str], segment_fields: tuple[str, ...], /
 ) -> dict[str, object]: ...

@@ -14,6 +14,8 @@ import bisect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+from rankgate.fast import text_array
+
 __all__ = ["AttributeRows", "QueryIds", "scalar_fields"]
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -156,7 +158,7 @@ class QueryIds(Sequence[str]):
         import pyarrow as pa
 
         parts = [
-            pa.array(block, type=pa.large_string())
+            text_array(block)
             if isinstance(block, list)
             else block.cast(pa.large_string())
             for block in self._blocks

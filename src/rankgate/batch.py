@@ -11,6 +11,10 @@ de-duplicated and joined against its labels, so a kernel only needs two ragged c
 
 This is the Arrow list layout (offsets + flat values), so kernels are whole-array numpy operations
 with no Python object per query or per document.
+
+The unjudged-document policies (the ``unjudged`` metric parameter) are batch transformations here,
+``condensed`` and ``with_unjudged_relevant``: a metric's kernel, and its compiled twin, then score
+the transformed batch unchanged, so no kernel knows about policies.
 """
 
 from __future__ import annotations
@@ -74,6 +78,59 @@ class RankedBatch:
         """For every label, its 0-based position in the ideal (grade-descending) ranking."""
         return np.arange(len(self.label_grades), dtype=np.int64) - np.repeat(
             self.label_offsets[:-1], self.label_lengths
+        )
+
+    def under_unjudged(self, policy: str, grade: float) -> RankedBatch:
+        """This batch as the unjudged-document ``policy`` sees it (``nonrelevant``: unchanged;
+        ``condensed``: see ``condensed``; ``relevant``: see ``with_unjudged_relevant(grade)``)."""
+        if policy == "nonrelevant":
+            return self
+        if policy == "condensed":
+            return self.condensed()
+        if policy == "relevant":
+            return self.with_unjudged_relevant(grade)
+        raise ValueError(f"unknown unjudged-document policy {policy!r}")
+
+    def condensed(self) -> RankedBatch:
+        """Each ranking with its unjudged documents removed, the rest moving up to close the gaps
+        (Sakai's condensed lists; trec_eval -J). Labels, and so R and the ideal, are unchanged."""
+        keep = self.ranked_judged
+        if bool(keep.all()):
+            return self
+        counts = np.bincount(self.ranked_query[keep], minlength=self.n_queries)
+        offsets = np.zeros(self.n_queries + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return RankedBatch(
+            ranked_offsets=offsets,
+            ranked_grades=self.ranked_grades[keep],
+            ranked_judged=np.ones(int(offsets[-1]), dtype=np.bool_),
+            label_offsets=self.label_offsets,
+            label_grades=self.label_grades,
+        )
+
+    def with_unjudged_relevant(self, grade: float) -> RankedBatch:
+        """Every unjudged retrieved document labeled ``grade``, as though an annotator had judged
+        it so: at its rank, and among the query's labels (so it counts in R and in the ideal
+        ranking, which stays sorted from highest to lowest grade)."""
+        unjudged = ~self.ranked_judged
+        if not bool(unjudged.any()):
+            return self
+        added = np.bincount(self.ranked_query[unjudged], minlength=self.n_queries)
+        queries = np.concatenate((self.label_query, self.ranked_query[unjudged]))
+        grades = np.concatenate(
+            (self.label_grades, np.full(int(added.sum()), grade, dtype=np.float64))
+        )
+        # By query, then grade from highest to lowest; equal grades are equal numbers, so the
+        # order among them cannot show in any value.
+        order = np.lexsort((-grades, queries))
+        label_offsets = self.label_offsets.copy()
+        label_offsets[1:] += np.cumsum(added)
+        return RankedBatch(
+            ranked_offsets=self.ranked_offsets,
+            ranked_grades=np.where(unjudged, grade, self.ranked_grades),
+            ranked_judged=np.ones(len(self.ranked_judged), dtype=np.bool_),
+            label_offsets=label_offsets,
+            label_grades=grades[order],
         )
 
 

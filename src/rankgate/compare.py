@@ -1,17 +1,29 @@
-"""Comparing retrieval configurations on the same queries: is the candidate better, worse, or
-indistinguishable from the baseline, per metric and per segment?
+"""Comparing retrieval configurations: is the candidate better, worse, or indistinguishable from
+the baseline, per metric and per segment?
+
+Two designs (``pairing``):
+
+* **paired**: both sides ranked the same queries (an offline replay of one query set). Queries are
+  paired by ID; both sides are scored on the paired queries, segmented by the baseline's
+  attributes, and each cell tests the per-query deltas.
+* **unpaired**: each side served its own queries (a traffic-split online A/B test). Each side is
+  scored on all its queries, segmented by its own attributes, and each cell compares the two means
+  (Welch's t-test, a two-sample bootstrap interval).
+* **auto** (the default) pairs when at least ``AUTO_PAIRED_SHARE`` of the smaller side's queries
+  are on both sides, and says so in ``Pairing.reason``.
 
 The steps, each reusing the evaluation pipeline rather than re-implementing it:
 
-1. read every side (a trace source each, or one source split by a variant field), validating records
-   and refusing a query ID that appears twice on one side;
+1. read every side once as Arrow columns (``compare_read``), refusing a query ID twice on a side
+   (past ``compare_read.HELD_RANKING_BYTES`` of rankings a side keeps only its IDs, labels and
+   attributes, and its rankings are read again while it is scored, to bound memory);
 2. join labels: a query's labels may come from any side or from a separate labels source, and every
    source that labels a query must agree, or it is an input error naming the query;
-3. pair queries by ID; those on one side only are counted and listed;
-4. evaluate baseline and candidate on the paired queries with the same labels and the same segment
-   attributes (the baseline's), so that both score exactly the same queries;
-5. per metric and segment: means, the paired delta with a BCa interval, a paired test's p-value,
-   Cohen's d_z and win/tie/loss counts; p-values are adjusted across every cell of the run;
+3. pair by query ID (``pc.index_in``); queries on one side only are counted and listed;
+4. score each side with ``evaluate`` on an Arrow table of its rows (the columnar path), with the
+   shared labels;
+5. cells from the per-query values (``compare_cells.cells_from_values``): means, the delta, its
+   interval, a p-value and an effect size; p-values adjusted across every cell of the run;
 6. flag a cell as a regression (or improvement) when its adjusted p is below alpha and its delta is
    beyond the practical margin; the candidate's own gates (thresholds per segment) are checked too.
 
@@ -20,182 +32,96 @@ Every metric here is better when higher, so a negative delta is a loss.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from rankgate.errors import ConfigError, InputError, Location, UsageError
+from rankgate import fast
+from rankgate.compare_cells import (
+    PAIRINGS,
+    TESTS,
+    TIE_TOLERANCE,
+    Cell,
+    Significance,
+    cells_from_values,
+    flag_cells,
+)
+from rankgate.compare_labels import LabelBook
+from rankgate.compare_read import NotArrowText, Reader, SideTable, streamed_side
+from rankgate.compare_records import (
+    CountedSide,
+    Pairing,
+    RecordRun,
+    Variant,
+    _as_variant,
+    _check_distinct_names,
+    _source_name,
+    score_by_records,
+)
+from rankgate.errors import ConfigError, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate, require_extra
 from rankgate.gates import Gate, GateOutcome, GatePolicy
-from rankgate.io import TraceSource, open_source, validate_record
-from rankgate.io.validate import Trace
-from rankgate.labels import LabelReading, QueryLabels, collect_labels, read_judgments
-from rankgate.segments import MISSING_VALUE, SegmentKey, segment_value
+from rankgate.segments import SegmentKey, segment_fields_of
 from rankgate.spec import MetricSpec
-from rankgate.stats import (
-    CORRECTIONS,
-    DEFAULT_PERMUTATIONS,
-    adjust_pvalues,
-    bca_interval,
-    cohens_dz,
-    derived_seed,
-    exact_sum,
-    paired_t_test,
-    sign_flip_test,
-)
-from rankgate.store import is_store_url
 
 __all__ = [
+    "AUTO_PAIRED_SHARE",
+    "PAIRINGS",
     "TESTS",
+    "TIE_TOLERANCE",
+    "CandidateResult",
     "Cell",
     "Comparison",
     "Pairing",
     "Significance",
     "Variant",
+    "cells_from_values",
     "compare",
+    "flag_cells",
 ]
 
-TESTS = ("t", "randomization")
-Flag = Literal["regression", "improvement"]
 ProgressCallback = Callable[[str, int], None]
 UNPAIRED_EXAMPLES_KEPT = 20
-# Two per-query values closer than this are a tie: the same ranking scored twice gives the same
-# value, but a sum taken in another order may differ in the last bits.
-TIE_TOLERANCE = 1e-12
-
-
-@dataclass(frozen=True, slots=True)
-class Significance:
-    """How differences are tested and flagged.
-
-    ``test``: ``"t"`` (paired t-test) or ``"randomization"`` (sign-flip test, exact when 2^n <=
-    ``permutations``). ``correction``: ``"holm"`` or ``"bh"`` across every metric x segment cell.
-    A cell is flagged when its adjusted p < ``alpha`` and |delta| > ``margin`` (a practical margin
-    in the metric's units).
-    """
-
-    test: str = "t"
-    permutations: int = DEFAULT_PERMUTATIONS
-    correction: str = "holm"
-    alpha: float = 0.05
-    margin: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.test not in TESTS:
-            raise ConfigError(f"test must be one of {', '.join(TESTS)}, got {self.test!r}")
-        if self.correction not in CORRECTIONS:
-            raise ConfigError(
-                f"correction must be one of {', '.join(CORRECTIONS)}, got {self.correction!r}"
-            )
-        if not _number(self.alpha) or not 0.0 < self.alpha < 1.0:
-            raise ConfigError(f"alpha must be a number between 0 and 1, got {self.alpha!r}")
-        if not _number(self.margin) or not 0.0 <= self.margin < math.inf:
-            raise ConfigError(f"margin must be a number >= 0, got {self.margin!r}")
-        if (
-            isinstance(self.permutations, bool)
-            or not isinstance(self.permutations, int)
-            or self.permutations < 1
-        ):
-            raise ConfigError(
-                f"permutations must be a whole number >= 1, got {self.permutations!r}"
-            )
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-@dataclass(frozen=True, slots=True)
-class Variant:
-    """One side of a comparison: a trace source and the name it is reported under."""
-
-    name: str
-    data: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Pairing:
-    """How one candidate's queries matched the baseline's."""
-
-    paired: int
-    baseline_only: int
-    candidate_only: int
-    baseline_only_ids: tuple[str, ...]
-    candidate_only_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """One metric on one group of paired queries (``segment`` None: all of them).
-
-    ``delta`` is candidate - baseline; ``relative_delta`` divides it by the baseline mean (None when
-    that is 0). ``interval`` is the 95% BCa interval of the mean per-query delta. ``status`` is
-    ``insufficient`` when the segment has fewer paired queries than its ``min_queries``: such a cell
-    is reported but never flagged.
-    """
-
-    candidate: str
-    segment: SegmentKey | None
-    metric: MetricSpec
-    queries: int
-    baseline_mean: float
-    candidate_mean: float
-    delta: float
-    relative_delta: float | None
-    interval: tuple[float, float]
-    p_value: float
-    p_adjusted: float
-    exact: bool
-    effect_size: float | None
-    wins: int
-    ties: int
-    losses: int
-    status: str = "ok"
-    flag: Flag | None = None
-
-    @property
-    def group(self) -> str:
-        return "overall" if self.segment is None else str(self.segment)
-
-    def statistics(self) -> dict[str, Any]:
-        """The cell's numbers, counts, status and flag by name (the interval aside)."""
-        return {
-            "queries": self.queries,
-            "baseline_mean": self.baseline_mean,
-            "candidate_mean": self.candidate_mean,
-            "delta": self.delta,
-            "relative_delta": self.relative_delta,
-            "p_value": self.p_value,
-            "p_adjusted": self.p_adjusted,
-            "exact": self.exact,
-            "effect_size": self.effect_size,
-            "wins": self.wins,
-            "ties": self.ties,
-            "losses": self.losses,
-            "status": self.status,
-            "flag": self.flag,
-        }
+# ``auto`` pairs when at least this share of the smaller side's queries is on both sides. A replay
+# of one query set shares ~100%; a traffic split shares only the queries that recur by chance
+# (a few percent). At half, the paired test uses most of the data and the unpaired test would
+# count the shared queries twice as independent draws.
+AUTO_PAIRED_SHARE = 0.5
 
 
 @dataclass(frozen=True, eq=False)
 class CandidateResult:
-    """One candidate against the baseline: pairing, both evaluations, the cells, and its gates."""
+    """One candidate against the baseline: pairing, both evaluations, the cells, and its gates.
+
+    Paired: both evaluations score the paired queries, aligned (element i is the same query), and
+    ``segments`` holds each scored query's segment per field (the baseline's attributes).
+    Unpaired: each evaluation scores its side's own queries; ``segments`` is the baseline's and
+    ``candidate_segments`` the candidate's.
+    """
 
     name: str
     pairing: Pairing
     baseline: Evaluation
     candidate: Evaluation
     cells: tuple[Cell, ...]
-    segments: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    segments: dict[str, Sequence[str]] = field(default_factory=dict)
+    candidate_segments: dict[str, Sequence[str]] = field(default_factory=dict)
+
+    @property
+    def design(self) -> str:
+        return self.pairing.design
 
     def per_query(self) -> list[dict[str, Any]]:
         """One dict per scored paired query: ``query_id``, its segment values, and per metric the
         baseline's value, the candidate's and the delta (``"ndcg@10"``, ``"ndcg@10 baseline"``...).
+
+        Unpaired: one dict per scored query of either side, with ``side`` (``"baseline"`` or
+        ``"candidate"``), its segment values and each metric's value.
         """
+        if self.design == "unpaired":
+            return self._per_query_unpaired()
         rows: list[dict[str, Any]] = []
         columns = [
             (str(spec), self.baseline.values[spec].tolist(), self.candidate.values[spec].tolist())
@@ -211,9 +137,26 @@ class CandidateResult:
             rows.append(row)
         return rows
 
+    def _per_query_unpaired(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for side, evaluation, segments in (
+            ("baseline", self.baseline, self.segments),
+            ("candidate", self.candidate, self.candidate_segments),
+        ):
+            columns = [(str(spec), evaluation.values[spec].tolist()) for spec in evaluation.metrics]
+            texts = {name: list(values) for name, values in segments.items()}
+            for index, query_id in enumerate(evaluation.query_ids):
+                row: dict[str, Any] = {"query_id": query_id, "side": side}
+                row.update((name, values[index]) for name, values in texts.items())
+                row.update((name, values[index]) for name, values in columns)
+                rows.append(row)
+        return rows
+
     def largest_losses(self, cell: Cell, count: int = 5) -> list[tuple[str, float]]:
         """The queries of ``cell``'s group that lost most on its metric: (query_id, delta), worst
-        first; only queries whose value dropped."""
+        first; only queries whose value dropped. Empty when unpaired: no query is on both sides."""
+        if self.design == "unpaired":
+            return []
         deltas = self.candidate.values[cell.metric] - self.baseline.values[cell.metric]
         if cell.segment is not None:
             members = np.asarray(self.segments[cell.segment.field], dtype=object)
@@ -228,7 +171,8 @@ class CandidateResult:
     def __repr__(self) -> str:
         flags = sum(cell.flag == "regression" for cell in self.cells)
         return (
-            f"<CandidateResult {self.name}: {self.pairing.paired:,} paired, {len(self.cells)} "
+            f"<CandidateResult {self.name} ({self.design}): {self.pairing.paired:,} paired, "
+            f"{len(self.cells)} "
             f"cells, {flags} regression(s); {'PASS' if self.passed else 'FAIL'}>"
         )
 
@@ -254,6 +198,15 @@ class Comparison:
     read: dict[str, int] = field(default_factory=dict)
     invalid: dict[str, int] = field(default_factory=dict)
     invalid_examples: tuple[InvalidRecord, ...] = ()
+    pairing: str = "paired"
+
+    @property
+    def designs(self) -> dict[str, str]:
+        """Per candidate, the design it was compared with and why: ``{name: "paired: ..."}``."""
+        return {
+            result.name: f"{result.pairing.design}: {result.pairing.reason}"
+            for result in self.results
+        }
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -322,7 +275,10 @@ class Comparison:
                 ("segment_field", pa.string()),
                 ("segment_value", pa.string()),
                 ("metric", pa.string()),
+                ("design", pa.string()),
                 ("queries", pa.int64()),
+                ("baseline_queries", pa.int64()),
+                ("candidate_queries", pa.int64()),
                 ("baseline_mean", pa.float64()),
                 ("candidate_mean", pa.float64()),
                 ("delta", pa.float64()),
@@ -375,7 +331,8 @@ class Comparison:
     def __repr__(self) -> str:
         # Short: the default repr would print both evaluations of every candidate in full.
         candidates = ", ".join(
-            f"{result.name} ({result.pairing.paired:,} paired)" for result in self.results
+            f"{result.name} ({result.pairing.paired:,} paired, {result.design})"
+            for result in self.results
         )
         verdict = "PASS" if self.passed else "FAIL"
         text = (
@@ -400,9 +357,10 @@ def compare(
     labels_format: str | None = None,
     variant_field: str | None = None,
     input_format: str | None = None,
+    pairing: str = "paired",
     progress: Callable[[str, int, int, int | None], None] | None = None,
 ) -> Comparison:
-    """Compare a baseline with one or more candidates on the queries they share.
+    """Compare a baseline with one or more candidates.
 
     Args:
         baseline, candidates: trace sources as ``evaluate`` reads them (paths, lists of dicts,
@@ -417,19 +375,126 @@ def compare(
             ``relevance_scores``, or a TREC qrels file, recognised by name or layout).
         labels_format: the label file's format (``rankgate.labels.LABEL_FORMATS``), when
             detection is not enough.
+        pairing: ``"paired"`` (the same queries on both sides: per-query deltas), ``"unpaired"``
+            (each side its own queries: Welch's t-test on the two means) or ``"auto"``: paired
+            when at least ``AUTO_PAIRED_SHARE`` of the smaller side's queries are on both sides.
+            The default here is ``"paired"`` (a library call says what it means); the CLI's is
+            ``auto``.
+            Each candidate's choice and its reason are in ``CandidateResult.pairing``.
         progress: called with (source name, records read, units done, units in total or None).
 
     Raises:
         InputError: a malformed record, a query ID twice on one side, or a query whose labels differ
             between sources.
-        UsageError: too few sides, or a variant value that is not in the data.
+        UsageError: too few sides, a variant value that is not in the data, or no shared query
+            under ``pairing="paired"``.
     """
     settings = settings or Settings()
     if settings.resamples < 1:
         raise ConfigError("compare needs bootstrap resamples (>= 1) for the intervals of deltas")
+    if pairing not in PAIRINGS:
+        raise ConfigError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
     policy = policy or GatePolicy()
     significance = significance or Significance()
-    reader = _Reader(settings, input_format, progress)
+    try:
+        run = _score_by_columns(
+            baseline,
+            candidates,
+            metrics=metrics,
+            gates=gates,
+            settings=settings,
+            policy=policy,
+            labels=labels,
+            labels_format=labels_format,
+            variant_field=variant_field,
+            input_format=input_format,
+            pairing=pairing,
+            progress=progress,
+        )
+    except NotArrowText:
+        # Text Arrow cannot hold (a lone surrogate, which JSON escapes allow): the record path.
+        run = score_by_records(
+            baseline,
+            candidates,
+            metrics=None if metrics is None else list(metrics),
+            gates=gates,
+            settings=settings,
+            policy=policy,
+            labels=labels,
+            labels_format=labels_format,
+            variant_field=variant_field,
+            input_format=input_format,
+            pairing=pairing,
+            design_of=_design,
+            examples_kept=UNPAIRED_EXAMPLES_KEPT,
+            progress=progress,
+        )
+    names = run.names
+    pending = [_Scored(*found) for found in run.scored]
+    raw_cells = [
+        cells_from_values(
+            name,
+            list(scored.baseline.metrics),
+            scored.baseline.values,
+            scored.candidate.values,
+            design="paired" if scored.pairing.design == "paired" else "unpaired",
+            segments=_segment_keys(scored),
+            baseline_segments=scored.segments,
+            candidate_segments=scored.candidate_segments,
+            policy=policy,
+            significance=significance,
+            seed=settings.seed,
+            resamples=settings.resamples,
+        )
+        for name, scored in zip(names[1:], pending, strict=True)
+    ]
+    finished = flag_cells(raw_cells, significance)
+    results = tuple(
+        CandidateResult(
+            name,
+            scored.pairing,
+            scored.baseline,
+            scored.candidate,
+            cells,
+            scored.segments,
+            scored.candidate_segments,
+        )
+        for name, scored, cells in zip(names[1:], pending, finished, strict=True)
+    )
+    return Comparison(
+        baseline=names[0],
+        results=results,
+        significance=significance,
+        settings=settings,
+        policy=policy,
+        labels_source=run.labels_name,
+        read=run.read,
+        invalid=run.invalid,
+        invalid_examples=run.invalid_examples,
+        pairing=pairing,
+    )
+
+
+def _score_by_columns(
+    baseline: Any,
+    candidates: tuple[Any, ...],
+    *,
+    metrics: Iterable[str | MetricSpec] | None,
+    gates: Sequence[Gate | str],
+    settings: Settings,
+    policy: GatePolicy,
+    labels: Any,
+    labels_format: str | None,
+    variant_field: str | None,
+    input_format: str | None,
+    pairing: str,
+    progress: Callable[[str, int, int, int | None], None] | None,
+) -> RecordRun:
+    """Read, label, pair and score every side through Arrow tables and ``evaluate``."""
+    segment_fields = segment_fields_of(settings, policy)
+    stamp = settings.label_filter.labeled_at_field if settings.label_filter.active else None
+    attributes = [*segment_fields, *([stamp] if stamp else [])]
+    reader = Reader(settings, input_format, attributes, progress)
     if variant_field is not None:
         sides = reader.split(baseline, variant_field, [str(value) for value in candidates])
     else:
@@ -437,448 +502,265 @@ def compare(
             raise UsageError("compare needs a baseline and at least one candidate")
         named = [_as_variant(item, index) for index, item in enumerate((baseline, *candidates))]
         _check_distinct_names(named)
-        sides = [reader.read(variant) for variant in named]
+        sides = [reader.read(variant.data, variant.name) for variant in named]
 
-    label_book = _LabelBook(settings)
+    book = LabelBook(settings, stamp)
     labels_name = None
     if labels is not None:
         labels_name = _source_name(labels)
-        label_book.add_source(labels, reader, labels_format)
+        book.add_labels_source(labels, reader, labels_format)
     for side in sides:
-        label_book.add_side(side)
+        book.add_side(side)
 
+    scorer = _Scorer(metrics, gates, settings, policy, book, segment_fields, stamp)
     base = sides[0]
-    pending = [
-        _evaluate_pair(base, side, label_book, metrics, gates, settings, policy)
-        for side in sides[1:]
-    ]
-    raw_cells = [
-        _cells(name, pair, policy, significance, settings.seed, settings.resamples)
-        for name, pair in zip((side.name for side in sides[1:]), pending, strict=True)
-    ]
-    adjusted = adjust_pvalues(
-        [cell.p_value for cells in raw_cells for cell in cells], significance.correction
-    )
-    results = []
-    position = 0
-    for side, pair, cells in zip(sides[1:], pending, raw_cells, strict=True):
-        finished = []
-        for cell in cells:
-            finished.append(_flagged(cell, adjusted[position], significance))
-            position += 1
-        results.append(
-            CandidateResult(
-                side.name,
-                pair.pairing,
-                pair.baseline,
-                pair.candidate,
-                tuple(finished),
-                pair.segments,
-            )
-        )
-    return Comparison(
-        baseline=base.name,
-        results=tuple(results),
-        significance=significance,
-        settings=settings,
-        policy=policy,
-        labels_source=labels_name,
-        read={side.name: side.read for side in sides} | reader.extra_read,
-        invalid={side.name: side.invalid for side in sides} | reader.extra_invalid,
-        invalid_examples=tuple(reader.invalid_examples),
+    pending = [_scored(base, side, pairing, scorer) for side in sides[1:]]
+    return RecordRun(
+        [side.name for side in sides],
+        [(s.pairing, s.baseline, s.candidate, s.segments, s.candidate_segments) for s in pending],
+        {side.name: side.read for side in sides} | reader.extra_read,
+        {side.name: side.invalid for side in sides} | reader.extra_invalid,
+        tuple(reader.invalid_examples),
+        labels_name,
     )
 
 
-# --- reading --------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Side:
-    name: str
-    traces: dict[str, Trace] = field(default_factory=dict)
-    read: int = 0
-    invalid: int = 0
-
-
-def _as_variant(item: Any, index: int) -> Variant:
-    if isinstance(item, Variant):
-        return item
-    return Variant(_source_name(item, index), item)
-
-
-def _source_name(item: Any, index: int = 0) -> str:
-    if isinstance(item, str):
-        return item
-    name = getattr(item, "name", None)
-    if isinstance(name, str):
-        return name
-    if hasattr(item, "__fspath__"):
-        return str(item)
-    return "baseline" if index == 0 else f"candidate {index}"
-
-
-def _check_distinct_names(variants: list[Variant]) -> None:
-    seen: set[str] = set()
-    for variant in variants:
-        if variant.name in seen:
-            raise UsageError(
-                f"{variant.name!r} is named twice: compare two different sources, "
-                "or name them with Variant(name, source)"
-            )
-        seen.add(variant.name)
-
-
-class _Reader:
-    """Reads sources into sides, counting invalid records under ``on_invalid="skip"``."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        input_format: str | None,
-        progress: Callable[[str, int, int, int | None], None] | None,
-    ) -> None:
-        self.settings = settings
-        self.input_format = input_format
-        self.progress = progress
-        self.invalid_examples: list[InvalidRecord] = []
-        self.extra_read: dict[str, int] = {}
-        self.extra_invalid: dict[str, int] = {}
-
-    def records(self, data: Any, name: str, *, ranking: bool) -> Iterable[Trace | None]:
-        """Validated traces of one source; None in place of each invalid record that is skipped."""
-        source: TraceSource = open_source(data, self.input_format)
-        count = 0
-        for raw in source:
-            count += 1
-            try:
-                yield validate_record(
-                    raw, self.settings.fields, require_query_id=True, require_ranking=ranking
-                )
-            except InputError as problem:
-                self._invalid(problem)
-                yield None
-            if self.progress is not None and count % 4096 == 0:
-                self.progress(name, count, source.done(), source.total)
-        if self.progress is not None:
-            self.progress(name, count, source.done(), source.total)
-
-    def _invalid(self, problem: InputError) -> None:
-        if self.settings.on_invalid == "fail":
-            raise problem
-        if len(self.invalid_examples) < 10:
-            self.invalid_examples.append(
-                InvalidRecord(str(problem.location), problem.field, problem.problem)
-            )
-
-    def read(self, variant: Variant) -> _Side:
-        side = _Side(variant.name)
-        for trace in self.records(variant.data, variant.name, ranking=True):
-            side.read += 1
-            if trace is None or not self._add(side, trace):
-                side.invalid += 1
-        return side
-
-    def split(self, data: Any, variant_field: str, wanted: list[str]) -> list[_Side]:
-        """Sides from one source, by the value of ``variant_field``: the first wanted value is the
-        baseline, the others the candidates (all other values, in order of appearance, if none)."""
-        name = _source_name(data)
-        by_value: dict[str, _Side] = {}
-        unassigned_read = unassigned_invalid = 0
-        for trace in self.records(data, name, ranking=True):
-            if trace is None:
-                unassigned_read += 1
-                unassigned_invalid += 1
-                continue
-            value = segment_value(trace.attributes, variant_field)
-            if value == MISSING_VALUE:
-                unassigned_read += 1
-                unassigned_invalid += 1
-                self._invalid(
-                    InputError(trace.location, variant_field, "missing (it names the variant)")
-                )
-                continue
-            side = by_value.get(value)
-            if side is None:
-                side = by_value[value] = _Side(value)
-            side.read += 1
-            if not self._add(side, trace):
-                side.invalid += 1
-        found = ", ".join(by_value) or "none"
-        if not wanted:
-            raise UsageError(
-                f"name the baseline's value of {variant_field!r} (values found: {found})"
-            )
-        for value in wanted:
-            if value not in by_value:
-                raise UsageError(
-                    f"no record has {variant_field} = {value!r} (values found: {found})"
-                )
-        if len(set(wanted)) != len(wanted):
-            raise UsageError(f"a value of {variant_field!r} is named twice: {', '.join(wanted)}")
-        chosen = wanted if len(wanted) > 1 else [*wanted, *(v for v in by_value if v != wanted[0])]
-        if len(chosen) < 2:
-            raise UsageError(
-                f"{name}: only {variant_field} = {wanted[0]!r} was found; nothing to compare with"
-            )
-        unused = [value for value in by_value if value not in chosen]
-        if unassigned_read:
-            self.extra_read[f"{name} (no {variant_field})"] = unassigned_read
-            self.extra_invalid[f"{name} (no {variant_field})"] = unassigned_invalid
-        for value in unused:
-            self.extra_read[f"{variant_field}={value} (not compared)"] = by_value[value].read
-        return [by_value[value] for value in chosen]
-
-    def _add(self, side: _Side, trace: Trace) -> bool:
-        first = side.traces.get(trace.query_id)
-        if first is None:
-            side.traces[trace.query_id] = trace
-            return True
-        self._invalid(
-            InputError(
-                trace.location,
-                self.settings.fields.query_id,
-                f"query {trace.query_id!r} appears twice in {side.name} (first at {first.location})",
-            )
-        )
-        return False
-
-
-# --- labels ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Labels:
-    grades: dict[str, float]
-    location: Location | str
-    labeled_at: Any
-
-
-class _LabelBook:
-    """Each query's labels, from whichever sources carry them; they must agree."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.fields = settings.fields
-        self.stamp_field = settings.label_filter.labeled_at_field
-        self.by_query: dict[str, _Labels] = {}
-
-    def add_source(self, data: Any, reader: _Reader, labels_format: str | None = None) -> None:
-        """Labels from a label file (one judgment or one query per record), qrels or a store."""
-        name = _source_name(data)
-        reading = LabelReading()
-        if is_store_url(data):
-            labels = collect_labels(data)
-        else:
-            labels = {}
-            for judgment in read_judgments(
-                data,
-                fields=self.fields,
-                # The traces' --input-format says nothing of the label file's: it has its own
-                # (detected by default: qrels by layout, the rest by name or first bytes).
-                input_format=labels_format,
-                on_invalid=reader.settings.on_invalid,
-                reading=reading,
-            ):
-                labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
-            reader.extra_read[f"{name} (labels)"] = reading.records
-            reader.extra_invalid[f"{name} (labels)"] = reading.skipped.get("invalid", 0)
-        for query_id, found in labels.items():
-            self._add(
-                query_id,
-                _Labels(found.grades, name, found.labeled_at()),
-                self.fields.relevance_scores,
-            )
-
-    def add_side(self, side: _Side) -> None:
-        for trace in side.traces.values():
-            if trace.grades is not None:
-                self.add_trace(trace)
-
-    def add_trace(self, trace: Trace) -> None:
-        labels = _Labels(trace.grades or {}, trace.location, trace.attributes.get(self.stamp_field))
-        self._add(trace.query_id, labels, self.fields.relevance_scores)
-
-    def _add(self, query_id: str, labels: _Labels, field_name: str) -> None:
-        known = self.by_query.get(query_id)
-        if known is None:
-            self.by_query[query_id] = labels
-        elif known.grades != labels.grades:
-            raise InputError(
-                labels.location,
-                field_name,
-                f"query {query_id!r} is labeled differently at {known.location} "
-                f"({_describe(known.grades)} vs {_describe(labels.grades)})",
-            )
-
-    def labeled(self, trace: Trace, attributes: dict[str, Any]) -> Trace:
-        """``trace`` with the query's joined labels and the given segment attributes."""
-        labels = self.by_query.get(trace.query_id)
-        if labels is None:
-            return Trace(trace.location, trace.query_id, trace.retrieved_ids, None, attributes)
-        if labels.labeled_at is not None:
-            attributes = {**attributes, self.stamp_field: labels.labeled_at}
-        return Trace(trace.location, trace.query_id, trace.retrieved_ids, labels.grades, attributes)
-
-
-def _describe(grades: dict[str, float]) -> str:
-    shown = ", ".join(f"{doc}: {grade:g}" for doc, grade in list(grades.items())[:4])
-    more = ", ..." if len(grades) > 4 else ""
-    return "{" + shown + more + "}"
-
-
-# --- pairing and statistics -----------------------------------------------------------------------
+# --- pairing and scoring ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
-class _Pair:
+class _Scored:
     pairing: Pairing
     baseline: Evaluation
     candidate: Evaluation
-    segments: dict[str, tuple[str, ...]]
+    segments: dict[str, Sequence[str]]
+    candidate_segments: dict[str, Sequence[str]]
 
 
-def _evaluate_pair(
-    base: _Side,
-    side: _Side,
-    label_book: _LabelBook,
-    metrics: Iterable[str | MetricSpec] | None,
-    gates: Sequence[Gate | str],
-    settings: Settings,
-    policy: GatePolicy,
-) -> _Pair:
-    paired = [query_id for query_id in base.traces if query_id in side.traces]
-    if not paired:
-        raise UsageError(
-            f"no query is in both {base.name} and {side.name} (queries are paired by query_id; "
-            f"{len(base.traces)} and {len(side.traces)} valid queries read)"
+class _Scorer:
+    """Scores a side's rows with ``evaluate`` on an Arrow table (the columnar path), with the
+    shared labels and the segment attributes it is given."""
+
+    def __init__(
+        self,
+        metrics: Iterable[str | MetricSpec] | None,
+        gates: Sequence[Gate | str],
+        settings: Settings,
+        policy: GatePolicy,
+        book: LabelBook,
+        segment_fields: Sequence[str],
+        stamp: str | None,
+    ) -> None:
+        self.metrics = None if metrics is None else list(metrics)
+        self.gates = gates
+        self.policy = policy
+        self.book = book
+        self.segment_fields = list(segment_fields)
+        self.stamp = stamp
+        self.fields = settings.fields
+        # The sides' own intervals are not reported here; they are needed only by gates that
+        # decide on an interval bound. Skipping them halves the time on large inputs.
+        on_bounds = policy.gate_on != "mean" or any(
+            rule.gate_on not in (None, "mean") for rule in policy.rules
         )
-    baseline_only = [query_id for query_id in base.traces if query_id not in side.traces]
-    candidate_only = [query_id for query_id in side.traces if query_id not in base.traces]
+        self.settings = settings if on_bounds else replace(settings, resamples=0)
+        # Intervals of the sides are resampled in query order: keep it the baseline's.
+        self.needs_order = on_bounds
+        self.whole: dict[str, tuple[Evaluation, dict[str, Sequence[str]]]] = {}
+
+    def score(
+        self, rows: Any, attributes_from: Any, side: SideTable | None = None
+    ) -> tuple[Evaluation, dict[str, Sequence[str]]]:
+        """Evaluate ``rows`` (a side's table) segmented by ``attributes_from``'s attribute columns
+        (a table of as many rows: the side itself, or the paired baseline rows). ``side``: the
+        side ``rows`` come from, whose rankings are read again when it let them go."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        query_ids = rows.column("query_id")
+        relevant, scores, stamps = self.book.labels_for(query_ids, rows)
+        streamed = side is not None and side.streamed
+        columns: dict[str, Any] = {self.fields.query_id: query_ids}
+        if not streamed:
+            columns[self.fields.retrieved_ids] = rows.column("retrieved_ids")
+        for name, labels in (
+            (self.fields.relevant_ids, relevant),
+            (self.fields.relevance_scores, scores),
+        ):
+            # A column of nulls says what an absent one says (no labels); the compiled join
+            # wants buffers an all-null array built without values may not have.
+            if labels.null_count < len(labels):
+                columns[name] = labels
+        for name in self.segment_fields:
+            columns[name] = attributes_from.column("segment:" + name)
+        if self.stamp is not None:
+            own = attributes_from.column("segment:" + self.stamp)
+            columns[self.stamp] = pc.coalesce(stamps, own) if len(own) else stamps
+        table = pa.table(columns)
+        source = (
+            streamed_side(side, rows, table, self.fields)
+            if side is not None and streamed
+            else table
+        )
+        evaluation = evaluate(
+            source, self.metrics, self.gates, settings=self.settings, policy=self.policy
+        )
+        return evaluation, self._segments(evaluation)
+
+    @staticmethod
+    def _segments(evaluation: Evaluation) -> dict[str, Sequence[str]]:
+        """Each scored query's segment per field, aligned with the evaluation's query_ids."""
+        fields = dict.fromkeys(g.key.field for g in evaluation.segments if g.key)
+        return {name: evaluation.segment_column(name) for name in fields}
+
+
+def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -> _Scored:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    base_ids = base.table.column("query_id")
+    side_ids = side.table.column("query_id")
+    in_base = fast.numpy_of(
+        pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
+    ).astype(np.int64)
+    in_side = fast.numpy_of(
+        pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1).combine_chunks()
+    ).astype(np.int64)
+    base_rows = np.flatnonzero(in_side >= 0)  # paired, in the baseline's order
+    paired = len(base_rows)
+    baseline_only = np.flatnonzero(in_side < 0)
+    candidate_only = np.flatnonzero(in_base < 0)
+    smaller = min(base.queries, side.queries)
+    share = paired / smaller if smaller else 0.0
+    design, reason = _design(requested, share, paired, base, side)
     pairing = Pairing(
-        paired=len(paired),
+        paired=paired,
         baseline_only=len(baseline_only),
         candidate_only=len(candidate_only),
-        baseline_only_ids=tuple(baseline_only[:UNPAIRED_EXAMPLES_KEPT]),
-        candidate_only_ids=tuple(candidate_only[:UNPAIRED_EXAMPLES_KEPT]),
+        baseline_only_ids=tuple(
+            base_ids.take(pa.array(baseline_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+        ),
+        candidate_only_ids=tuple(
+            side_ids.take(pa.array(candidate_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+        ),
+        design=design,
+        requested=requested,
+        shared_share=share,
+        reason=reason,
     )
+    if design == "unpaired":
+        before, before_segments = _whole(base, scorer)
+        after, after_segments = _whole(side, scorer)
+        return _Scored(pairing, before, after, before_segments, after_segments)
     # Both sides are segmented by the baseline's attributes, so a query is in the same segment on
-    # both; its labels (and their timestamps) are the joined ones.
-    attributes = {query_id: base.traces[query_id].attributes for query_id in paired}
-    base_traces = [
-        label_book.labeled(base.traces[query_id], attributes[query_id]) for query_id in paired
-    ]
-    side_traces = [
-        label_book.labeled(side.traces[query_id], attributes[query_id]) for query_id in paired
-    ]
-    metric_list = None if metrics is None else list(metrics)
-    # The sides' own intervals are not reported here; they are needed only by gates that decide
-    # on an interval bound. Skipping them halves the time on large inputs.
-    on_bounds = policy.gate_on != "mean" or any(
-        rule.gate_on not in (None, "mean") for rule in policy.rules
-    )
-    if not on_bounds:
-        settings = replace(settings, resamples=0)
-    # Records are already valid, so nothing can be skipped as invalid here but bad label times.
-    baseline_eval = evaluate(base_traces, metric_list, gates, settings=settings, policy=policy)
-    candidate_eval = evaluate(side_traces, metric_list, gates, settings=settings, policy=policy)
-    if baseline_eval.query_ids != candidate_eval.query_ids:  # same labels, same attributes
-        raise AssertionError("baseline and candidate scored different queries")
-    # Each scored query's segment per field, aligned with the evaluations' query_ids.
-    segments = {
-        name: tuple(segment_value(attributes[q], name) for q in baseline_eval.query_ids)
-        for name in dict.fromkeys(g.key.field for g in baseline_eval.segments if g.key)
-    }
-    return _Pair(pairing, baseline_eval, candidate_eval, segments)
-
-
-def _cells(
-    name: str,
-    pair: _Pair,
-    policy: GatePolicy,
-    significance: Significance,
-    seed: int,
-    resamples: int,
-) -> list[Cell]:
-    base, cand = pair.baseline, pair.candidate
-    everything = np.ones(len(base.query_ids), dtype=np.bool_)
-    groups: list[tuple[SegmentKey | None, npt.NDArray[np.bool_]]] = [(None, everything)]
-    columns = {name: np.asarray(values, dtype=object) for name, values in pair.segments.items()}
-    for group in base.segments:
-        if group.key is not None:
-            groups.append((group.key, columns[group.key.field] == group.key.value))
-    cells = []
-    for key, mask in groups:
-        queries = int(np.count_nonzero(mask))
-        if queries == 0:
-            continue  # a segment whose records were all skipped: its counts are reported, no cell
-        rule = policy.rule(key) if key is not None else None
-        min_queries = rule.min_queries if rule and rule.min_queries else policy.min_queries
-        status = "insufficient" if key is not None and queries < min_queries else "ok"
-        for spec in base.metrics:
-            cells.append(
-                _cell(
-                    name,
-                    key,
-                    spec,
-                    base.values[spec][mask],
-                    cand.values[spec][mask],
-                    status,
-                    significance,
-                    seed,
-                    resamples,
-                )
-            )
-    return cells
-
-
-def _cell(
-    name: str,
-    key: SegmentKey | None,
-    spec: MetricSpec,
-    before: npt.NDArray[np.float64],
-    after: npt.NDArray[np.float64],
-    status: str,
-    significance: Significance,
-    seed: int,
-    resamples: int,
-) -> Cell:
-    deltas = after - before
-    deltas[np.abs(deltas) <= TIE_TOLERANCE] = 0.0
-    baseline_mean = exact_sum(before) / len(before)
-    candidate_mean = exact_sum(after) / len(after)
-    delta = candidate_mean - baseline_mean
-    group = "" if key is None else str(key)
-    if significance.test == "t":
-        p_value, exact = paired_t_test(deltas), False
+    # both; its labels (and their timestamps) are the joined ones. Rankings are the bulk of a
+    # table: they are filtered (a copy in place order) rather than reordered where that suffices.
+    base_paired = _rows(base.table, base_rows)
+    side_rows = in_side[base_rows]
+    before, segments = scorer.score(base_paired, base_paired, base)
+    in_order = len(side_rows) < 2 or bool(np.all(np.diff(side_rows) > 0))
+    # A streamed side is read in its own order; it is large, so its intervals are normal ones,
+    # which do not depend on the order.
+    if in_order or (scorer.needs_order and not side.streamed):
+        after, _ = scorer.score(_rows(side.table, side_rows), base_paired, side)
     else:
-        p_value, exact = sign_flip_test(
-            deltas, derived_seed(seed, group, spec, "signs"), significance.permutations
-        )
-    return Cell(
-        candidate=name,
-        segment=key,
-        metric=spec,
-        queries=len(deltas),
-        baseline_mean=baseline_mean,
-        candidate_mean=candidate_mean,
-        delta=delta,
-        relative_delta=delta / baseline_mean if baseline_mean else None,
-        interval=bca_interval(deltas, derived_seed(seed, group, spec, "delta"), resamples),
-        p_value=p_value,
-        p_adjusted=p_value,
-        exact=exact,
-        effect_size=cohens_dz(deltas),
-        wins=int(np.count_nonzero(deltas > 0)),
-        ties=int(np.count_nonzero(deltas == 0)),
-        losses=int(np.count_nonzero(deltas < 0)),
-        status=status,
+        # The candidate lists the shared queries in another order: score them in its order with
+        # the baseline's attributes, then put the values in the baseline's order.
+        order = np.argsort(side_rows, kind="stable")
+        in_candidate_order = np.sort(side_rows)
+        attributes = base_paired.take(pa.array(order))
+        after, _ = scorer.score(_rows(side.table, in_candidate_order), attributes, side)
+        after = _reordered(after, before)
+    if len(before.query_ids) != len(after.query_ids):  # same labels, same attributes
+        raise AssertionError("baseline and candidate scored different queries")
+    return _Scored(pairing, before, after, segments, {})
+
+
+def _rows(table: Any, rows: Any) -> Any:
+    """``table``'s rows at ``rows`` (increasing): the table itself, a filter, or a take."""
+    import pyarrow as pa
+
+    if len(rows) == table.num_rows:
+        return table
+    mask = np.zeros(table.num_rows, dtype=np.bool_)
+    mask[rows] = True
+    if len(rows) < 2 or bool(np.all(np.diff(rows) > 0)):
+        return table.filter(pa.array(mask))
+    return table.take(pa.array(rows))
+
+
+def _reordered(evaluation: Evaluation, aligned_with: Evaluation) -> Evaluation:
+    """``evaluation`` (scored in the candidate's order) with its per-query values put in the order
+    of ``aligned_with`` (the baseline's, on the same queries: with the same labels and attributes,
+    a query skipped on one side is skipped on the other)."""
+    import pyarrow.compute as pc
+
+    scored_here = _ids(evaluation)
+    scored_there = _ids(aligned_with)
+    at = fast.numpy_of(pc.index_in(scored_there, value_set=scored_here)).astype(np.int64)
+    values = {spec: column[at] for spec, column in evaluation.values.items()}
+    return replace(
+        evaluation,
+        query_ids=aligned_with.query_ids,
+        values=values,
+        attributes=aligned_with.attributes,
+        examples=(),
     )
 
 
-def _flagged(cell: Cell, p_adjusted: float, significance: Significance) -> Cell:
-    flag: Flag | None = None
-    if cell.status == "ok" and p_adjusted < significance.alpha:
-        if cell.delta < -significance.margin:
-            flag = "regression"
-        elif cell.delta > significance.margin:
-            flag = "improvement"
-    return replace(cell, p_adjusted=p_adjusted, flag=flag)
+def _ids(evaluation: Evaluation) -> Any:
+    import pyarrow as pa
+
+    ids = evaluation.query_ids
+    array = ids.to_arrow() if hasattr(ids, "to_arrow") else fast.text_array(ids)
+    return array.cast(pa.large_string())
+
+
+def _whole(side: SideTable, scorer: _Scorer) -> tuple[Evaluation, dict[str, Sequence[str]]]:
+    """A side scored on all its queries (once, however many candidates it is compared with)."""
+    known = scorer.whole.get(side.name)
+    if known is None:
+        known = scorer.whole[side.name] = scorer.score(side.table, side.table, side)
+    return known
+
+
+def _design(
+    requested: str, share: float, paired: int, base: CountedSide, side: CountedSide
+) -> tuple[str, str]:
+    """The design to use and why, in words (``base`` and ``side``: anything with a ``name`` and
+    a count of valid ``queries``)."""
+    base_name, base_queries = base.name, base.queries
+    side_name, side_queries = side.name, side.queries
+    shared = (
+        f"{share:.0%} of the smaller side's queries are on both sides "
+        f"({paired:,} of {min(base_queries, side_queries):,})"
+    )
+    if requested == "paired":
+        if not paired:
+            raise UsageError(
+                f"no query is in both {base_name} and {side_name} (queries are paired by "
+                f"query_id; {base_queries} and {side_queries} valid queries read); compare "
+                "different queries with --pairing unpaired"
+            )
+        return "paired", f"requested; {shared}"
+    if requested == "unpaired":
+        return "unpaired", f"requested; {shared}"
+    rule = f"auto pairs from {AUTO_PAIRED_SHARE:.0%}"
+    if paired and share >= AUTO_PAIRED_SHARE:
+        return "paired", f"{shared}; {rule}"
+    return "unpaired", f"{shared}; {rule}"
+
+
+def _segment_keys(scored: _Scored) -> list[SegmentKey]:
+    """The segments to report: the baseline's (paired), or either side's (unpaired), in order."""
+    keys = [group.key for group in scored.baseline.segments if group.key is not None]
+    if scored.pairing.design == "unpaired":
+        fields = list(dict.fromkeys(key.field for key in keys))
+        extra = [
+            g.key for g in scored.candidate.segments if g.key is not None and g.key not in keys
+        ]
+        keys = sorted(
+            [*keys, *extra],
+            key=lambda k: (fields.index(k.field) if k.field in fields else len(fields), k.value),
+        )
+    return keys

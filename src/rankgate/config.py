@@ -14,6 +14,10 @@ Example::
     "ndcg@10" = 0.7
     "recall@20" = ">= 0.85"
 
+    [ids]                            # score documents when rankings or labels name chunks
+    doc_id = "#"                     # or doc_id_regex = '^(.*)#c[0-9]+$', or
+                                     # doc_id_map = "chunks.csv" (chunk_column, doc_column)
+
 Every key is checked; an unknown one is an error that names the file and the key, so a typo never
 silently disables a gate. Values left out fall back to the command line's defaults.
 """
@@ -25,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankgate.errors import ConfigError, RankgateError
+from rankgate.doc_ids import DEFAULT_CHUNK_COLUMN, DEFAULT_DOC_COLUMN, DocIdMapping
+from rankgate.errors import ConfigError, InputError, RankgateError
 from rankgate.evaluate import check_relevance_threshold
 from rankgate.gates import Gate, GatePolicy, SegmentRule, gates_from_table
 from rankgate.io import FieldMap
@@ -55,8 +60,11 @@ _KNOWN_KEYS = {
     "segments",
     "monitor",
     "alerts",
+    "ids",
 }
 _SEGMENT_KEYS = {"gates", "min_queries", "min_coverage", "gate_on"}
+_ID_RULES = ("doc_id", "doc_id_regex", "doc_id_map")
+_ID_KEYS = {*_ID_RULES, "chunk_column", "doc_column"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +90,8 @@ class Config:
     rules: tuple[SegmentRule, ...] = ()
     monitor: dict[str, Any] | None = None
     alerts: dict[str, Any] | None = None
+    #: How retrieved and labeled IDs name their documents ([ids]); None scores IDs as they are.
+    doc_ids: DocIdMapping | None = None
 
 
 def load_config(path: Path) -> Config:
@@ -140,7 +150,44 @@ def load_config(path: Path) -> Config:
         seed=_typed(data, "seed", int, path),
         resamples=_typed(data, "resamples", int, path),
         rules=rules,
+        doc_ids=_doc_ids(_table(data, "ids", path), path),
     )
+
+
+def _doc_ids(table: dict[str, Any], path: Path) -> DocIdMapping | None:
+    """``[ids]``: one rule naming each ID's document (a separator, a regex with one group, or a
+    mapping file, relative to the config file like every path it names)."""
+    unknown = sorted(set(table) - _ID_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: [ids]: unknown key {unknown[0]!r} (known: {', '.join(sorted(_ID_KEYS))})"
+        )
+    for key, value in table.items():
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{path}: [ids] {key} must be a non-empty string, got {value!r}")
+    rules = [key for key in _ID_RULES if key in table]
+    if len(rules) > 1:
+        raise ConfigError(f"{path}: [ids] sets both {rules[0]} and {rules[1]}; keep one")
+    columns = [key for key in ("chunk_column", "doc_column") if key in table]
+    if columns and rules != ["doc_id_map"]:
+        raise ConfigError(f"{path}: [ids] {columns[0]} applies only with doc_id_map")
+    if not rules:
+        return None
+    rule = rules[0]
+    where = f"{path}: [ids] {rule}"
+    if rule == "doc_id":
+        return DocIdMapping.separator(table[rule], where=where)
+    if rule == "doc_id_regex":
+        return DocIdMapping.regex(table[rule], where=where)
+    try:
+        return DocIdMapping.from_file(
+            path.parent / table[rule],
+            table.get("chunk_column", DEFAULT_CHUNK_COLUMN),
+            table.get("doc_column", DEFAULT_DOC_COLUMN),
+        )
+    except InputError as problem:
+        # The file's own error already names it (and the line); say which setting pointed there.
+        raise ConfigError(f"{problem} (from {where})") from None
 
 
 def _monitor_tables(

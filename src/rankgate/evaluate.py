@@ -11,13 +11,19 @@ Records read always equal records scored plus records skipped, by reason:
 * ``no_relevant``: labeled, but no label reaches the relevance threshold, so recall and NDCG are
   undefined (only under ``empty_relevant="skip"``, the default; ``"zero"`` scores such queries 0);
 * ``invalid``: malformed (only under ``on_invalid="skip"``; the default stops at the first one).
+
+When the query set is known (labels kept apart, a qrels file, a store's labels, or an explicit
+``queries`` set), a query of the set with no trace at all is counted as ``missing_trace``. It is
+not a record, so it is outside ``read``: ``read == scored + sum(skipped)`` still holds, and under
+``missing_trace="zero"`` (trec_eval's ``-c``) the means cover ``scored + missing_trace`` queries,
+the missing ones at 0 on every metric. See docs/missing-traces.md.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -27,12 +33,11 @@ import numpy.typing as npt
 
 from rankgate import fast
 from rankgate.attributes import AttributeRows, QueryIds, scalar_fields
-from rankgate.batch import BatchBuilder
 from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
 from rankgate.io.columnar import SEGMENT_PREFIX, Chunk, chunks
-from rankgate.labels import QueryLabels, collect_labels
+from rankgate.labels import LabelIndex, label_table, queries_with_relevant, read_query_set
 from rankgate.segments import (
     MISSING_VALUE,
     Group,
@@ -45,7 +50,7 @@ from rankgate.segments import (
     summarise,
 )
 from rankgate.spec import MetricSpec, make_metric, parse_metric, parse_metric_list
-from rankgate.stale import LabelFilter
+from rankgate.stale import FilteredLabels, LabelFilter, filter_columns
 from rankgate.stats import DEFAULT_RESAMPLES
 from rankgate.worst import QueryExample, WorstQueries
 
@@ -54,6 +59,7 @@ __all__ = [
     "SKIP_REASONS",
     "Evaluation",
     "InvalidRecord",
+    "ServedDepth",
     "Settings",
     "Summary",
     "check_bounds_computed",
@@ -65,18 +71,24 @@ __all__ = [
 DEFAULT_METRICS = ("ndcg@10", "mrr", "precision@5", "recall@20", "map")
 SKIP_REASONS = ("unlabeled", "no_relevant", "invalid")
 EmptyRelevant = Literal["skip", "zero"]
+MissingTrace = Literal["skip", "zero"]
 OnInvalid = Literal["fail", "skip"]
 ProgressCallback = Callable[[int, int, int | None], None]
 
-BATCH_QUERIES = 65_536
-# Smaller batches while rankings are held for the worst-queries list, to bound what waits in memory.
-BATCH_QUERIES_HOLDING = 8_192
+# Validated traces scored together, from a source without a columnar reading.
+BATCH_QUERIES = 8_192
+# Smaller while validated traces are held for the worst-queries list.
+BATCH_QUERIES_HOLDING = 4_096
+PROGRESS_EVERY = 4096
 # Ranks shown per worst query: the deepest cutoff requested, within these bounds.
 WORST_DEPTH_DEFAULT = 10
 WORST_DEPTH_MAX = 50
 DEFAULT_JUDGED_DEPTH = 10
 INVALID_EXAMPLES_KEPT = 10
-PROGRESS_EVERY = 4096
+# Queries of the query set without a trace, named in reports (the count covers them all).
+MISSING_EXAMPLES_KEPT = 10
+# Query IDs of traces the validator read, resolved against the query set this many at a time.
+SEEN_FLUSH = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +103,12 @@ class Settings:
     label_filter: LabelFilter = field(default_factory=LabelFilter)
     seed: int = 0
     resamples: int = DEFAULT_RESAMPLES
+    #: A query of the known query set with no trace: left out of the means (``"skip"``), or
+    #: scored 0 on every metric and included in means, intervals and segments (``"zero"``,
+    #: trec_eval's ``-c``). Counted as ``missing_trace`` either way.
+    missing_trace: MissingTrace = "skip"
+    #: How many results users are shown; a gate on a metric cut elsewhere is warned about.
+    served_k: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -103,6 +121,14 @@ class Settings:
             )
         if self.on_invalid not in ("fail", "skip"):
             raise ConfigError(f"on_invalid must be 'fail' or 'skip', got {self.on_invalid!r}")
+        if self.missing_trace not in ("skip", "zero"):
+            raise ConfigError(f"missing_trace must be 'skip' or 'zero', got {self.missing_trace!r}")
+        if self.served_k is not None and (
+            isinstance(self.served_k, bool)
+            or not isinstance(self.served_k, int)
+            or self.served_k < 1
+        ):
+            raise ConfigError(f"served_k must be a whole number >= 1, got {self.served_k!r}")
         if (
             isinstance(self.resamples, bool)
             or not isinstance(self.resamples, int)
@@ -140,8 +166,25 @@ class InvalidRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ServedDepth:
+    """How many distinct IDs the scored rankings hold: the depth a metric's k is read against."""
+
+    queries: int
+    median: float
+    p10: float
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
-    """What happened to every record read: scored, or skipped under a named reason."""
+    """What happened to every record read: scored, or skipped under a named reason.
+
+    ``read == scored + sum(skipped.values())``. ``missing_trace`` counts queries of the known
+    query set (``query_set`` says where it came from, ``expected_queries`` how many it holds) that
+    had no trace at all: they are not records, so they are outside ``read``; under
+    ``Settings.missing_trace="zero"`` they are scored 0, and the means cover ``in_means`` queries.
+    ``outside_set`` counts records whose query is not in an explicit ``queries`` set (scored as
+    the rest).
+    """
 
     read: int
     scored: int
@@ -152,11 +195,23 @@ class Summary:
     labels_removed_stale: int = 0
     labels_removed_expired: int = 0
     lost_all_relevant: int = 0
+    missing_trace: int = 0
+    missing_examples: tuple[str, ...] = ()
+    missing_scored: int = 0
+    query_set: str | None = None
+    expected_queries: int | None = None
+    outside_set: int = 0
+    served_depth: ServedDepth | None = None
 
     @property
     def coverage(self) -> float | None:
         """Share of records read that carry labels; None when nothing was read."""
         return self.labeled / self.read if self.read else None
+
+    @property
+    def in_means(self) -> int:
+        """Queries the means cover: those scored from a trace, plus the missing ones scored 0."""
+        return self.scored + self.missing_scored
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,6 +235,17 @@ class Evaluation:
     #: Things the reader of the verdict should know that do not change it: a segment field most
     #: queries lack, a ``[segments]`` rule that matched nothing. Every report shows them.
     warnings: tuple[str, ...] = ()
+    #: Each segment field's value per scored query, aligned with ``query_ids``.
+    segment_values: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def segment_column(self, field_name: str) -> Sequence[str]:
+        """Each scored query's value of a segment field, aligned with ``query_ids``, as the
+        segments hold it (``(missing)`` where a query has none). A field the evaluation was not
+        segmented by is read from the queries' scalar attributes."""
+        held = self.segment_values.get(field_name)
+        if held is not None:
+            return held
+        return [segment_value(row, field_name) for row in self.attributes]
 
     @property
     def judged_mean(self) -> float:
@@ -249,7 +315,7 @@ class Evaluation:
         ids = self.query_ids
         columns: dict[str, Any] = {
             "query_id": (
-                ids.to_arrow() if isinstance(ids, QueryIds) else pa.array(ids, pa.large_string())
+                ids.to_arrow() if isinstance(ids, QueryIds) else fast.text_array(ids)
             ).cast(pa.string())
         }
         for spec in self.metrics:
@@ -347,6 +413,7 @@ def evaluate(
     labels: Any = None,
     labels_format: str | None = None,
     partial: bool = False,
+    queries: Any = None,
 ) -> Evaluation:
     """Score recorded traces and check gates.
 
@@ -370,6 +437,11 @@ def evaluate(
             table), or a dict of query ID to ``QueryLabels``.
         labels_format: the label file's format, one of ``rankgate.labels.LABEL_FORMATS``; by
             default TREC qrels are recognised by name or layout, the rest by name or first bytes.
+        queries: the golden query set the traces are expected to cover: a file (one query ID per
+            line, or JSON Lines/JSON/CSV/Parquet records with a ``query_id``; see
+            ``rankgate.labels.read_query_set``) or an iterable of IDs. Without it the query set is
+            the labels' (``labels``, a TREC source's qrels, a store's labels table when read
+            without a time window). Its queries with no trace count as ``missing_trace``.
         partial: this call scores one part of a larger input (an engine's partition, or its dry
             run): the checks that need the whole input are left to the caller, who runs
             ``rankgate.segments.check_segments`` over the combined counts and
@@ -408,36 +480,68 @@ def evaluate(
     accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker)
     accumulator.partial = partial
     if labels is not None:
-        accumulator.labels = (
-            labels
-            if isinstance(labels, dict)
-            else collect_labels(labels, fields=settings.fields, input_format=labels_format)
+        accumulator.labels = LabelIndex(
+            label_table(labels, fields=settings.fields, input_format=labels_format)
         )
-    columnar = None
-    if fast.available() and labels is None and not settings.label_filter.active:
-        columnar = chunks(source, settings.fields, segment_fields)
-    if columnar is not None:
-        accumulator.record_blocks = []
-        for chunk in columnar:
-            accumulator.take_chunk(chunk)
-            if chunk.first_ordinal == 1 and source.total:
-                # Units are rows (tables) or bytes (JSON Lines): scale the first chunk up. Past
-                # the total, the bytes were decompressed ones: the compressed count will do.
-                through = chunk.through if 0 < chunk.through <= source.total else chunk.done
-                if through:
-                    rows = chunk.table.num_rows
-                    accumulator.expect(int(rows * (source.total - through) / through * 1.05))
-            if progress is not None:
-                progress(accumulator.read, chunk.done, source.total)
-    else:
-        for raw in source:
-            accumulator.take(raw)
-            if progress is not None and accumulator.read % PROGRESS_EVERY == 0:
-                progress(accumulator.read, source.done(), source.total)
-    accumulator.flush()
+    if settings.label_filter.corpus is not None:
+        accumulator.corpus_ids = fast.text_array(sorted(settings.label_filter.corpus))
+    if not partial:
+        # Which queries lack a trace is known only over the whole input: a partition's caller
+        # (an engine) would have to combine the parts' seen queries.
+        _expect_queries(accumulator, source, queries, settings)
+    elif queries is not None or settings.missing_trace == "zero":
+        raise UsageError("queries and missing_trace='zero' need the whole input, not one part")
+    presence = (label_filter.labeled_at_field,) if label_filter.max_age is not None else ()
+    columnar = chunks(source, settings.fields, segment_fields, presence=presence)
+    if columnar is None:
+        # A source without a columnar reading: its records go to the validator one by one, and
+        # those it accepts are scored, block by block, by the same join and kernels.
+        accumulator.take_records(source, progress)
+        columnar = iter(())
+    for chunk in columnar:
+        accumulator.take_chunk(chunk)
+        if chunk.first_ordinal == 1 and source.total:
+            # Units are rows (tables) or bytes (JSON Lines): scale the first chunk up. Past
+            # the total, the bytes were decompressed ones: the compressed count will do.
+            through = chunk.through if 0 < chunk.through <= source.total else chunk.done
+            if through:
+                rows = chunk.table.num_rows
+                accumulator.expect(int(rows * (source.total - through) / through * 1.05))
+        if progress is not None:
+            progress(accumulator.read, chunk.done, source.total)
     if progress is not None:
         progress(accumulator.read, source.done(), source.total)
     return accumulator.result(checked_gates, policy)
+
+
+def _expect_queries(
+    accumulator: _Accumulator, source: Any, queries: Any, settings: Settings
+) -> None:
+    """Tell the accumulator which queries the traces are expected to cover, and where that set
+    comes from: an explicit ``queries`` set first, then labels kept apart, then the source's own
+    labels (a qrels file, a store's labels table read without a time window)."""
+    threshold = settings.relevance_threshold
+    if queries is not None:
+        ids = read_query_set(queries, fields=settings.fields)
+        accumulator.set_expected(ids, "queries", None, outside=True)
+    elif accumulator.labels is not None:
+        labels = accumulator.labels
+        accumulator.set_expected(labels.query_ids, "labels", labels.has_relevant(threshold))
+    else:
+        declared = getattr(source, "expected_queries", None)
+        found = declared() if callable(declared) else None
+        if found is not None:
+            # Only the IDs and whether each has a relevant label: a grade the join would refuse
+            # is reported by the join, for the trace it is joined to.
+            name, table = found
+            ids = table.column("query_id").combine_chunks()
+            relevant = queries_with_relevant(table.column("relevance_scores"), threshold)
+            accumulator.set_expected(ids, name, relevant)
+    if settings.missing_trace == "zero" and accumulator.expected is None:
+        raise UsageError(
+            "missing_trace='zero' needs a known query set: labels kept apart (--labels), "
+            "--run/--qrels, a store's labels (read without --since/--until/--sql), or --queries"
+        )
 
 
 def check_bounds_computed(policy: GatePolicy, settings: Settings) -> None:
@@ -527,6 +631,25 @@ class _Column:
         return self._data[: self._size]
 
 
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """A record the validator accepted for scoring: the trace, its grades after the label join
+    and the stale-label filter, and its value of each segment field."""
+
+    trace: Trace
+    grades: dict[str, float]
+    segments: list[str]
+
+
+def _array(column: Any) -> Any:
+    """One Arrow array for a column that may be chunked."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks()
+    return column
+
+
 class _Accumulator:
     """Running state of one evaluation: counts, the open batch, and finished per-query values."""
 
@@ -552,33 +675,78 @@ class _Accumulator:
         self.invalid_examples: list[InvalidRecord] = []
         self.query_ids = QueryIds()
         self.attributes = AttributeRows()
-        # Per query waiting in the batch builder: scored 0 for want of a relevant label.
-        self.forced_zero: list[bool] = []
         self.values = {m: _Column() for m in self.computed}
         self.row_numbers = _Column(np.int32)
-        self.builder = BatchBuilder()
         self.scratch = fast.Scratch()  # the join's output arrays, reused chunk after chunk
         self.worst = worst
-        # On the columnar path rankings are not held: the worst queries are chosen from the final
-        # values and their records read back. Each block: first query index, loader, rows.
-        self.record_blocks: list[tuple[int, Any, Any]] | None = None
-        self.labels: dict[str, QueryLabels] | None = None
-        self.batch_limit = BATCH_QUERIES_HOLDING if worst.active else BATCH_QUERIES
+        # Rankings are not held: the worst queries are chosen from the final values and their
+        # records read back. Each block: first query index, and either a loader and the span of
+        # row numbers, or None and the validated traces (held only when worst queries are kept).
+        self.record_blocks: list[tuple[int, Any, Any]] = []
+        self.labels: LabelIndex | None = None
+        self.corpus_ids: Any = None
+        # Distinct IDs in each scored ranking, for the served-depth figures.
+        self.depths = _Column(np.int32)
+        # The query set the traces are expected to cover (an Arrow string array), which of its
+        # queries had a trace, and the IDs the validator read, not yet looked up.
+        self.expected: Any = None
+        self.expected_name: str | None = None
+        self.expected_relevant: npt.NDArray[np.bool_] | None = None
+        self.seen: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+        self.seen_pending: list[str] = []
+        self.count_outside = False
+        self.outside = 0
         # Scoring one part of a larger input: whole-input checks are the caller's (see evaluate).
         self.partial = False
 
-    def take(self, raw: Any) -> None:
+    def set_expected(
+        self,
+        ids: Any,
+        name: str,
+        relevant: npt.NDArray[np.bool_] | None,
+        *,
+        outside: bool = False,
+    ) -> None:
+        """The query set the traces should cover; ``relevant`` marks its queries with a label at
+        the threshold (None: not known, as for a bare ``queries`` set)."""
+        import pyarrow as pa
+
+        self.expected = ids.cast(pa.large_string())
+        self.expected_name = name
+        self.expected_relevant = relevant
+        self.seen = np.zeros(len(ids), dtype=np.bool_)
+        self.count_outside = outside
+
+    def _mark_seen(self, query_ids: Any) -> None:
+        """Mark the query set's queries that these trace IDs name (an Arrow array, one lookup
+        for the block) and count the IDs outside an explicit set."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.expected is None or not len(query_ids):
+            return
+        if not isinstance(query_ids, (pa.Array, pa.ChunkedArray)):
+            query_ids = fast.text_array(query_ids)
+        found = pc.index_in(query_ids.cast(pa.large_string()), value_set=self.expected)
+        hit = pc.drop_null(found)
+        if len(hit):
+            self.seen[fast.numpy_of(hit).astype(np.int64, copy=False)] = True
+        if self.count_outside:
+            self.outside += found.null_count
+
+    def _flush_seen(self) -> None:
+        if self.seen_pending:
+            pending, self.seen_pending = self.seen_pending, []
+            self._mark_seen(pending)
+
+    def _take_slow(self, raw: Any) -> _Settled | None:
+        """One record read by the validator: counted (read, labeled, skipped, labels removed) as
+        every record is, and returned with its settled grades when it is to be scored."""
         self.read += 1
         threshold = self.settings.relevance_threshold
         try:
             trace = validate_record(raw, self.settings.fields)
-            if trace.grades is None and self.labels is not None:
-                trace = self._joined(trace)
-            grades, stale, expired = trace.grades, 0, 0
-            if grades is not None and self.settings.label_filter.active:
-                grades, stale, expired = self.settings.label_filter.apply(
-                    grades, trace.attributes, trace.location
-                )
+            settled = self._settle(trace)
         except InputError as problem:
             if self.settings.on_invalid == "fail":
                 raise
@@ -589,7 +757,12 @@ class _Accumulator:
                 self.invalid_examples.append(
                     InvalidRecord(str(problem.location), problem.field, problem.problem)
                 )
-            return
+            return None
+        trace, grades, stale, expired = settled
+        if self.expected is not None:
+            self.seen_pending.append(trace.query_id)
+            if len(self.seen_pending) >= SEEN_FLUSH:
+                self._flush_seen()
         segments = [
             SegmentKey(name, segment_value(trace.attributes, name)) for name in self.segment_fields
         ]
@@ -599,7 +772,7 @@ class _Accumulator:
         if grades is None or trace.grades is None:
             for group in groups:
                 group.skip("unlabeled")
-            return
+            return None
         has_relevant = any(grade >= threshold for grade in grades.values())
         lost = not has_relevant and any(grade >= threshold for grade in trace.grades.values())
         for group in groups:
@@ -610,37 +783,127 @@ class _Accumulator:
         if not has_relevant and self.settings.empty_relevant == "skip":
             for group in groups:
                 group.skip("no_relevant")
-            return
-        self.duplicates += self.builder.add(trace.retrieved_ids, grades)
-        self.query_ids.append(trace.query_id)
-        for key in segments:
-            self.segment_columns[key.field].append(key.value)
-        # Scalar fields are kept for per-query tables; nested values are not.
-        self.attributes.append(scalar_fields(trace.attributes))
-        self.forced_zero.append(not has_relevant)
-        if self.record_blocks is None:
-            self.worst.hold(trace.query_id, trace.retrieved_ids, grades, trace.attributes)
-        else:
-            self.record_blocks.append((len(self.query_ids) - 1, None, [raw]))
-        if len(self.builder) >= self.batch_limit:
-            self.flush()
+            return None
+        return _Settled(trace, grades, [key.value for key in segments])
+
+    def _settle(self, trace: Trace) -> tuple[Trace, dict[str, float] | None, int, int]:
+        """A validated trace with its query's separately kept labels joined (when it carries none
+        of its own), and its grades after the stale-label filter, with the labels it removed."""
+        if trace.grades is None and self.labels is not None:
+            joined = self.labels.get(trace.query_id)
+            if joined is not None:
+                attributes = trace.attributes
+                stamps = joined.labeled_at()
+                if stamps is not None:
+                    field_name = self.settings.label_filter.labeled_at_field
+                    attributes = {**attributes, field_name: stamps}
+                trace = Trace(
+                    trace.location,
+                    trace.query_id,
+                    trace.retrieved_ids,
+                    dict(joined.grades),
+                    attributes,
+                )
+        grades, stale, expired = trace.grades, 0, 0
+        if grades is not None and self.settings.label_filter.active:
+            grades, stale, expired = self.settings.label_filter.apply(
+                grades, trace.attributes, trace.location
+            )
+        return trace, grades, stale, expired
 
     def expect(self, queries: int) -> None:
         """Size the value arrays for about this many more scored queries (an estimate)."""
         for column in [*self.values.values(), self.row_numbers]:
             column.reserve(len(self.query_ids) + queries)
 
-    def take_chunk(self, chunk: Chunk) -> None:
-        """Take a block of records read as columns: the compiled join and kernels score the rows it
-        can, the validator reads the rows marked slow, and both land in input order."""
-        table, slow = chunk.table, chunk.slow.copy()
+    def _with_labels(self, chunk: Chunk, slow: npt.NDArray[np.bool_]) -> tuple[Any, Any]:
+        """The chunk's table with separately kept labels joined to its rows that carry none, and
+        the joined rows' per-document times (None when the label table has none)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = chunk.table
+        if self.labels is None:
+            return table, None
         names = table.schema.names
-        retrieved = fast.IdColumns.from_arrow(table.column("retrieved_ids"))
+        n = table.num_rows
+        unlabeled = ~slow
+        for name in ("relevant_ids", "relevance_scores"):
+            if name in names:
+                column = table.column(name)
+                if column.null_count:
+                    unlabeled &= ~fast.numpy_of(column.is_valid())
+                else:
+                    unlabeled[:] = False
+        wanted = np.flatnonzero(unlabeled)
+        if not len(wanted):
+            return table, None
+        query_ids = table.column("query_id")
+        if query_ids.null_count:
+            # A record without an ID is named by its place in the input (see validate_record).
+            places = pa.array([f"#{chunk.first_ordinal + i}" for i in range(n)], pa.large_string())
+            query_ids = pc.if_else(pc.is_null(query_ids), places, query_ids)
+        found = self.labels.rows_of(query_ids.take(pa.array(wanted)))
+        hit = fast.numpy_of(pc.is_valid(found))
+        if not hit.any():
+            return table, None
+        rows = wanted[hit]
+        label_rows = pc.drop_null(found)
+        scores_type = self.labels.scores.type
+        if "relevance_scores" in names:
+            own = table.column("relevance_scores")
+            own = own.combine_chunks() if isinstance(own, pa.ChunkedArray) else own
+            own = own.cast(scores_type)
+        else:
+            own = pa.nulls(n, scores_type)
+        positions = np.arange(n, dtype=np.int64)
+        positions[rows] = n + np.arange(len(rows), dtype=np.int64)
+        joined_scores = pa.concat_arrays([own, self.labels.scores.take(label_rows)]).take(
+            pa.array(positions)
+        )
+        stamps = None
+        if self.labels.stamps is not None:
+            stamps = pa.concat_arrays(
+                [pa.nulls(n, self.labels.stamps.type), self.labels.stamps.take(label_rows)]
+            ).take(pa.array(positions))
+        if "relevance_scores" in names:
+            table = table.set_column(
+                names.index("relevance_scores"), "relevance_scores", joined_scores
+            )
+        else:
+            table = table.append_column("relevance_scores", joined_scores)
+        return table, stamps
+
+    def take_chunk(self, chunk: Chunk) -> None:
+        """Take a block of records read as columns: separately kept labels joined and stale labels
+        removed over whole columns, then the compiled join and kernels score the rows they can;
+        the validator reads the rows marked slow, and those it accepts are scored by the same join
+        and kernels. Both land in input order."""
+        slow = chunk.slow.copy()
+        label_filter = self.settings.label_filter
+        if label_filter.max_age is not None:
+            # A record's own labeled_at (a time, or one per document) is read by the validator.
+            slow |= chunk.present.get(label_filter.labeled_at_field, False)
+        table, stamps = self._with_labels(chunk, slow)
+        filtered = None
+        if label_filter.active:
+            filtered = filter_columns(
+                table,
+                slow,
+                stamps,
+                label_filter,
+                self.corpus_ids,
+                threshold=self.settings.relevance_threshold,
+                unique_map_keys=chunk.unique_map_keys,
+            )
+            table = filtered.table
+        names = table.schema.names
+        retrieved = fast.IdColumns.from_arrow(_array(table.column("retrieved_ids")))
         relevant = scores = score_values = None
         if "relevant_ids" in names:
-            relevant = fast.IdColumns.from_arrow(table.column("relevant_ids"))
+            relevant = fast.IdColumns.from_arrow(_array(table.column("relevant_ids")))
         if "relevance_scores" in names:
-            scores_column = table.column("relevance_scores")
+            scores_column = _array(table.column("relevance_scores"))
             scores = fast.IdColumns.from_arrow(scores_column)
             # A null grade marks its row slow; here it only has to be a number.
             items = scores_column.items.fill_null(math.nan)
@@ -664,8 +927,10 @@ class _Accumulator:
             slow[rows[for_validator]] = True  # the validator words the error
 
         status = joined.status
-        self._count_columnar(table, rows, status)
+        self._count_columnar(table, rows, status, filtered)
         scored_rows = rows[status == fast.ROW_SCORED]
+        # A fresh array (a difference of offsets), so the scratch's reuse cannot change it.
+        depths = joined.batch.ranked_lengths
         values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
         zero = joined.forced_zero[status == fast.ROW_SCORED]
         if zero.any():
@@ -678,30 +943,135 @@ class _Accumulator:
             for name in self.segment_fields
         }
 
-        # Interleave: scored columnar rows in runs between the slow rows, which go one by one
-        # through the record path (its pending batch is flushed first, to keep input order).
-        slow_rows = np.flatnonzero(slow)
-        run_ends = np.searchsorted(scored_rows, slow_rows)
+        # The slow rows, one by one through the validator; those it accepts are scored together.
+        accepted_rows: list[int] = []
+        accepted: list[_Settled] = []
+        for slow_row in np.flatnonzero(slow).tolist():
+            settled = self._take_slow(chunk.raw(slow_row))
+            if settled is not None:
+                accepted_rows.append(slow_row)
+                accepted.append(settled)
+        accepted_values, accepted_depths = self._score_settled(accepted)
+
+        # Interleave, in input order: runs of columnar rows between runs of accepted slow rows.
+        run_ends = np.searchsorted(scored_rows, np.asarray(accepted_rows, dtype=np.int64))
         start = 0
-        boundaries = [*zip(slow_rows.tolist(), run_ends.tolist(), strict=True)]
-        for slow_row, end in [*boundaries, (None, len(scored_rows))]:
+        slow_start = 0
+        boundaries = [*run_ends.tolist(), len(scored_rows)]
+        for index, end in enumerate(boundaries):
             if end > start:
-                self.flush()
                 self._append_scored(
                     chunk,
                     scored_rows[start:end],
                     query_ids[start:end],
                     {name: texts[start:end] for name, texts in segment_texts.items()},
                     {spec: column[start:end] for spec, column in values.items()},
+                    depths[start:end],
                 )
                 start = end
-            if slow_row is not None:
-                self.take(chunk.raw(slow_row))
+            if index < len(accepted) and (
+                index + 1 == len(accepted) or boundaries[index + 1] > end
+            ):
+                # The slow rows accepted since the last columnar run, in one block.
+                self._append_settled(
+                    accepted[slow_start : index + 1],
+                    {
+                        spec: column[slow_start : index + 1]
+                        for spec, column in accepted_values.items()
+                    },
+                    accepted_depths[slow_start : index + 1],
+                )
+                slow_start = index + 1
 
-    def _count_columnar(self, table: Any, rows: Any, status: Any) -> None:
-        """Read, labeled and skipped counts of the columnar rows, overall and per segment."""
+    def take_records(self, source: TraceSource, progress: ProgressCallback | None) -> None:
+        """Take a source's records one at a time through the validator (reading no further than
+        the record being validated); those it accepts are scored a block at a time."""
+        limit = BATCH_QUERIES_HOLDING if self.worst.active else BATCH_QUERIES
+        pending: list[_Settled] = []
+        for raw in source:
+            settled = self._take_slow(raw)
+            if settled is not None:
+                pending.append(settled)
+                if len(pending) >= limit:
+                    self._append_settled(pending, *self._score_settled(pending))
+                    pending = []
+            if progress is not None and self.read % PROGRESS_EVERY == 0:
+                progress(self.read, source.done(), source.total)
+        if pending:
+            self._append_settled(pending, *self._score_settled(pending))
+
+    def _score_settled(
+        self, accepted: list[_Settled]
+    ) -> tuple[dict[MetricSpec, npt.NDArray[np.float64]], npt.NDArray[np.int64]]:
+        """Per-metric values and ranking depths of validated traces: made the canonical Arrow
+        rows (ranking, grades) and scored by the same join and kernels as every other row."""
+
+        if not accepted:
+            empty = {spec: np.zeros(0, dtype=np.float64) for spec in self.computed}
+            return empty, np.zeros(0, dtype=np.int64)
+        retrieved, grades = _settled_arrays(accepted)
+        score_values = fast.numpy_of(grades.items).astype(np.float64, copy=False)
+        rows = np.arange(len(accepted), dtype=np.int64)
+        joined = fast.join(
+            rows,
+            fast.IdColumns.from_arrow(retrieved),
+            None,
+            fast.IdColumns.from_arrow(grades),
+            score_values,
+            threshold=self.settings.relevance_threshold,
+            skip_no_relevant=self.settings.empty_relevant == "skip",
+            unique_map_keys=False,
+            scratch=self.scratch,
+        )
+        if (joined.status != fast.ROW_SCORED).any():
+            raise RuntimeError("a trace the validator accepted was not scored by the join")
+        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
+        zero = joined.forced_zero
+        if zero.any():
+            for column in values.values():
+                column[zero] = 0.0
+        self.duplicates += int(joined.duplicates.sum())
+        depths = joined.batch.ranked_lengths.copy()
+        return {spec: column.copy() for spec, column in values.items()}, depths
+
+    def _append_settled(
+        self,
+        accepted: list[_Settled],
+        values: dict[MetricSpec, npt.NDArray[np.float64]],
+        depths: npt.NDArray[np.int64],
+    ) -> None:
+        """Validated traces that were scored, appended with their values, attributes and
+        segment values (held, as they were read anyway)."""
+        first = len(self.query_ids)
+        for settled in accepted:
+            self.query_ids.append(settled.trace.query_id)
+            for name, value in zip(self.segment_fields, settled.segments, strict=True):
+                self.segment_columns[name].append(value)
+            # Scalar fields are kept for per-query tables; nested values are not.
+            self.attributes.append(scalar_fields(settled.trace.attributes))
+        for spec, column in values.items():
+            self.values[spec].extend(column)
+        self.depths.extend(depths)
+        self.row_numbers.extend(np.zeros(len(accepted), dtype=np.int32))
+        held = (
+            [
+                (s.trace.query_id, s.trace.retrieved_ids, s.grades, s.trace.attributes)
+                for s in accepted
+            ]
+            if self.worst.active
+            else None
+        )
+        self.record_blocks.append((first, None, held))
+
+    def _count_columnar(
+        self, table: Any, rows: Any, status: Any, filtered: FilteredLabels | None
+    ) -> None:
+        """Read, labeled and skipped counts of the columnar rows, overall and per segment, and
+        the labels the stale-label filter removed from them."""
         n = len(rows)
         self.read += n
+        if self.expected is not None:
+            self._mark_seen(table.column("query_id").take(rows))
         unlabeled = status == fast.ROW_UNLABELED
         no_relevant = status == fast.ROW_NO_RELEVANT
         everything = np.ones(n, dtype=np.bool_)
@@ -710,6 +1080,14 @@ class _Accumulator:
             codes, categories = _codes(table.column(SEGMENT_PREFIX + name).take(rows))
             for code, value in enumerate(categories):
                 groups.append((self._counts(SegmentKey(name, value)), codes == code))
+        removed = None
+        if filtered is not None:
+            labeled = ~unlabeled
+            removed = (
+                np.where(labeled, filtered.stale[rows], 0),
+                np.where(labeled, filtered.expired[rows], 0),
+                labeled & filtered.lost[rows],
+            )
         for counts, member in groups:
             read = int(member.sum())
             if not read:
@@ -723,6 +1101,11 @@ class _Accumulator:
             for reason, count in skipped.items():
                 if count:
                     counts.skipped[reason] = counts.skipped.get(reason, 0) + count
+            if removed is not None:
+                stale, expired, lost = removed
+                counts.labels_removed_stale += int(stale[member].sum())
+                counts.labels_removed_expired += int(expired[member].sum())
+                counts.lost_all_relevant += int((lost & member).sum())
 
     def _append_scored(
         self,
@@ -731,7 +1114,9 @@ class _Accumulator:
         query_ids: Any,
         segment_texts: dict[str, list[str]],
         values: dict[MetricSpec, npt.NDArray[np.float64]],
+        depths: npt.NDArray[np.int64],
     ) -> None:
+        self.depths.extend(depths)
         if query_ids.null_count:
             # Records without an ID are named by their place in the input, as the validator does.
             first = chunk.first_ordinal
@@ -748,8 +1133,7 @@ class _Accumulator:
         start = len(self.row_numbers)
         self.row_numbers.extend(rows)
         span = (start, len(self.row_numbers))
-        if self.record_blocks is not None:
-            self.record_blocks.append((len(self.query_ids) - len(rows), chunk.later, span))
+        self.record_blocks.append((len(self.query_ids) - len(rows), chunk.later, span))
         fields, later, numbers = self.settings.fields, chunk.later, self.row_numbers
         self.attributes.extend_later(
             len(rows),
@@ -763,7 +1147,6 @@ class _Accumulator:
         self, indices: list[int]
     ) -> dict[int, tuple[str, list[str], dict[str, float], dict[str, Any]]]:
         """Scored queries read back from the source, by index, for the worst-queries list."""
-        assert self.record_blocks is not None
         starts = [block[0] for block in self.record_blocks]
         wanted: dict[int, list[int]] = {}
         for index in indices:
@@ -772,33 +1155,21 @@ class _Accumulator:
         for block, members in wanted.items():
             start, later, rows = self.record_blocks[block]
             offsets = np.array(members, dtype=np.int64) - start
-            if later is not None:
-                rows = self.row_numbers.values()[rows[0] : rows[1]]
-            # A block without a loader holds records that went through the validator on the way in.
-            raws = [rows[i] for i in offsets.tolist()] if later is None else later(rows[offsets])()
-            for index, raw in zip(members, raws, strict=True):
-                trace = validate_record(raw, self.settings.fields)
+            if later is None:
+                # Validated traces, held as they were scored.
+                for index, offset in zip(members, offsets.tolist(), strict=True):
+                    found[index] = rows[offset]
+                continue
+            numbers = self.row_numbers.values()[rows[0] : rows[1]]
+            for index, raw in zip(members, later(numbers[offsets])(), strict=True):
+                trace, grades, _, _ = self._settle(validate_record(raw, self.settings.fields))
                 found[index] = (
                     trace.query_id,
                     trace.retrieved_ids,
-                    trace.grades or {},
+                    grades or {},
                     trace.attributes,
                 )
         return found
-
-    def _joined(self, trace: Trace) -> Trace:
-        """The trace with its query's separately kept labels, when there are any."""
-        assert self.labels is not None
-        joined = self.labels.get(trace.query_id)
-        if joined is None:
-            return trace
-        attributes = trace.attributes
-        stamps = joined.labeled_at()
-        if stamps is not None:
-            attributes = {**attributes, self.settings.label_filter.labeled_at_field: stamps}
-        return Trace(
-            trace.location, trace.query_id, trace.retrieved_ids, dict(joined.grades), attributes
-        )
 
     def _counts(self, key: SegmentKey) -> GroupCounts:
         counts = self.segment_counts.get(key)
@@ -806,28 +1177,89 @@ class _Accumulator:
             counts = self.segment_counts[key] = GroupCounts()
         return counts
 
-    def flush(self) -> None:
-        if not len(self.builder):
+    def _missing(self) -> tuple[int, list[str], int]:
+        """The query set's queries without a trace: how many, the first few IDs, and how many
+        were appended with 0 on every metric (under ``missing_trace="zero"``; a missing query
+        whose labels hold nothing relevant is left out under ``empty_relevant="skip"``, as its
+        trace would have been)."""
+        if self.expected is None:
+            return 0, [], 0
+        self._flush_seen()
+        positions = np.flatnonzero(~self.seen)
+        examples = [
+            str(v) for v in self.expected.take(positions[:MISSING_EXAMPLES_KEPT]).to_pylist()
+        ]
+        if self.settings.missing_trace != "zero" or not len(positions):
+            return len(positions), examples, 0
+        if self.expected_relevant is not None and self.settings.empty_relevant == "skip":
+            positions = positions[self.expected_relevant[positions]]
+        self._append_missing(self.expected.take(positions))
+        return len(np.flatnonzero(~self.seen)), examples, len(positions)
+
+    def _append_missing(self, query_ids: Any) -> None:
+        """Missing queries scored 0 on every metric, with no attributes and the missing value
+        of every segment field, so they count in means, intervals and segments."""
+        n = len(query_ids)
+        if not n:
             return
-        batch = self.builder.build()
-        zero = np.asarray(self.forced_zero, dtype=np.bool_)
-        defaults = {"rel": self.settings.relevance_threshold}
-        batch_values: dict[MetricSpec, npt.NDArray[np.float64]] = {}
-        for spec in self.computed:
-            values = spec.compute(batch, defaults)
-            # Under empty_relevant="zero" a query with nothing relevant scores 0 on every metric,
-            # whatever positive grades below the threshold would otherwise contribute.
-            values[zero] = 0.0
-            self.values[spec].extend(values)
-            batch_values[spec] = values
-        if self.record_blocks is None:
-            self.worst.settle(batch_values)
-        self.forced_zero = []
-        self.builder = BatchBuilder()
+        first = len(self.query_ids)
+        self.query_ids.extend_arrow(query_ids)
+        for name in self.segment_fields:
+            self._counts(SegmentKey(name, MISSING_VALUE))
+            self.segment_columns[name].extend([MISSING_VALUE] * n)
+        zeros = np.zeros(n, dtype=np.float64)
+        for column in self.values.values():
+            column.extend(zeros)
+        self.row_numbers.extend(np.zeros(n, dtype=np.int32))
+        self.attributes.extend_later(n, lambda: [{} for _ in range(n)])
+        held: list[tuple[str, list[str], dict[str, float], dict[str, Any]]] | None = (
+            [(query_id, [], {}, {}) for query_id in query_ids.to_pylist()]
+            if self.worst.active
+            else None
+        )
+        self.record_blocks.append((first, None, held))
+
+    def _served_depth(self) -> ServedDepth | None:
+        depths = self.depths.values()
+        if not len(depths):
+            return None
+        median, p10 = np.percentile(depths, [50, 10])
+        return ServedDepth(len(depths), float(median), float(p10))
+
+    def _depth_warnings(
+        self, depth: ServedDepth | None, gates: tuple[Gate, ...], policy: GatePolicy
+    ) -> list[str]:
+        """A metric cut deeper than most rankings reach, and a gate cut at another depth than
+        the one users are served."""
+        warnings = []
+        if depth is not None:
+            for spec in self.metrics:
+                if spec.k is not None and spec.k > depth.median:
+                    warnings.append(
+                        f"{spec} but the median ranking holds {depth.median:g} IDs "
+                        f"(10% hold {depth.p10:g} or fewer): ranks past a ranking's end count "
+                        "as misses"
+                    )
+        served = self.settings.served_k
+        if served is not None:
+            gated = dict.fromkeys(
+                gate.metric for gate in (*gates, *(g for rule in policy.rules for g in rule.gates))
+            )
+            for spec in gated:
+                if spec.k != served:
+                    depth_text = "the whole ranking" if spec.k is None else f"the top {spec.k}"
+                    warnings.append(
+                        f"the gate on {spec} reads {depth_text}, but users are served "
+                        f"{served} results (served_k = {served})"
+                    )
+        return warnings
 
     def result(self, gates: tuple[Gate, ...], policy: GatePolicy) -> Evaluation:
+        scored = len(self.query_ids)
+        depth = self._served_depth()
+        missing, missing_examples, missing_scored = self._missing()
         values = {spec: column.values() for spec, column in self.values.items()}
-        if self.record_blocks is not None and self.worst.active:
+        if self.worst.active:
             self.worst.choose_all({spec: values[spec] for spec in self.metrics}, self._records_of)
         seed, resamples = self.settings.seed, self.settings.resamples
         overall = summarise(None, self.overall, values, seed, resamples)
@@ -849,14 +1281,30 @@ class _Accumulator:
                 policy,
                 self.overall,
                 self.segment_counts,
-                segments,
-                self.attributes,
+                # The checks are about the traces: missing queries scored 0 lack every field by
+                # construction, and would read as a field most queries lack.
+                [_without_missing(group, missing_scored) for group in segments],
+                _Prefix(self.attributes, scored),
             )
         )
+        if missing and not missing_scored:
+            warnings.append(
+                f"{missing:,} of the {len(self.expected):,} queries in the query set "
+                f"({self.expected_name}) have no trace and are left out of the means; "
+                "missing_trace='zero' (--missing-trace zero) scores them 0, as trec_eval -c does"
+            )
+        elif missing > missing_scored:
+            warnings.append(
+                f"{missing - missing_scored:,} queries without a trace have no relevant label "
+                "and are left out, as their traces would be under empty_relevant='skip'"
+            )
+        if not self.partial:
+            # Like the segment checks, a whole-input check: one partition's depths are not all.
+            warnings.extend(self._depth_warnings(depth, gates, policy))
         outcomes, coverage = decide(gates, policy, overall, segments)
         summary = Summary(
             read=self.read,
-            scored=len(self.query_ids),
+            scored=scored,
             skipped={reason: self.overall.skipped.get(reason, 0) for reason in SKIP_REASONS},
             labeled=self.overall.labeled,
             duplicates_dropped=self.duplicates,
@@ -864,6 +1312,13 @@ class _Accumulator:
             labels_removed_stale=self.overall.labels_removed_stale,
             labels_removed_expired=self.overall.labels_removed_expired,
             lost_all_relevant=self.overall.lost_all_relevant,
+            missing_trace=missing,
+            missing_examples=tuple(missing_examples),
+            missing_scored=missing_scored,
+            query_set=self.expected_name,
+            expected_queries=None if self.expected is None else len(self.expected),
+            outside_set=self.outside,
+            served_depth=depth,
         )
         return Evaluation(
             metrics=tuple(self.metrics),
@@ -880,4 +1335,66 @@ class _Accumulator:
             judged=self.judged,
             examples=self.worst.examples(),
             warnings=tuple(warnings),
+            segment_values={name: self.segment_columns[name] for name in self.segment_fields},
+        )
+
+
+def _without_missing(group: Group, missing_scored: int) -> Group:
+    """A segment group as the traces alone fill it: the missing queries scored 0 taken out of
+    its ``(missing)`` value."""
+    if missing_scored and group.key is not None and group.key.value == MISSING_VALUE:
+        return replace(group, scored=group.scored - missing_scored)
+    return group
+
+
+class _Prefix(Sequence[dict[str, Any]]):
+    """The first ``length`` rows of a sequence, without copying them."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], length: int) -> None:
+        self._rows = rows
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._length))]
+        if not -self._length <= index < self._length:
+            raise IndexError("row out of range")
+        return self._rows[index % self._length]
+
+    def __iter__(self) -> Any:
+        for index, row in enumerate(self._rows):
+            if index >= self._length:
+                return
+            yield row
+
+
+def _settled_arrays(accepted: list[_Settled]) -> tuple[Any, Any]:
+    """The rankings and grades of validated traces as Arrow arrays. IDs the validator let through
+    may not be valid UTF-8 (a lone surrogate from a JSON escape); Arrow strings refuse those, so
+    such a block goes as bytes (surrogates passed through), which the join compares the same way."""
+    import pyarrow as pa
+
+    rankings = [settled.trace.retrieved_ids for settled in accepted]
+    grade_items = [list(settled.grades.items()) for settled in accepted]
+    text = pa.large_string()
+    try:
+        return (
+            pa.array(rankings, pa.large_list(text)),
+            pa.array(grade_items, pa.map_(text, pa.float64())),
+        )
+    except (pa.ArrowException, UnicodeError):
+        raw = pa.large_binary()
+
+        def encoded(value: str) -> bytes:
+            return value.encode("utf-8", "surrogatepass")
+
+        return (
+            pa.array([[encoded(i) for i in ids] for ids in rankings], pa.large_list(raw)),
+            pa.array(
+                [[(encoded(i), grade) for i, grade in items] for items in grade_items],
+                pa.map_(raw, pa.float64()),
+            ),
         )

@@ -7,8 +7,8 @@ and the Python objects behind it, is where the time goes. Here the same join run
 remain the reference: tests hold both paths equal on random batches, and any metric without a twin is
 computed by its definition over the same ``RankedBatch``.
 
-The module works without the extension too (``available()`` is then False) and callers fall back to
-the record-at-a-time path, which gives the same numbers.
+The module works without the extension too (``available()`` is then False): ``join`` then makes the
+same decisions in Python over the same columns, and ``score`` runs the numpy definitions.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rankgate.batch import RankedBatch
+from rankgate.batch import BatchBuilder, RankedBatch
 from rankgate.spec import MetricSpec
 
 _join: Any
@@ -121,10 +121,46 @@ def numpy_of(array: Any) -> npt.NDArray[Any]:
     return values
 
 
+def text_array(values: Sequence[str]) -> Any:
+    """A ``large_string`` Arrow array of Python strings, also when some are not valid UTF-8.
+
+    A JSON escape can put a lone surrogate in an ID; Arrow's conversion refuses it. Such a block
+    is stored as its ``surrogatepass`` bytes under the string type (Arrow hashes and compares the
+    bytes, never validates them), so joins, pairing and dictionary codes treat it like any other
+    ID. Read such arrays back with ``texts_of``.
+    """
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, pa.large_string())
+    except (pa.ArrowException, UnicodeError):
+        encoded = [value.encode("utf-8", "surrogatepass") for value in values]
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(item) for item in encoded], out=offsets[1:])
+        return pa.Array.from_buffers(
+            pa.large_string(),
+            len(encoded),
+            [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(encoded))],
+        )
+
+
+def texts_of(array: Any) -> list[str]:
+    """The Python strings of an Arrow string array, surrogates from ``text_array`` included."""
+    import pyarrow as pa
+
+    try:
+        return [str(value) for value in array.to_pylist()]
+    except UnicodeError:
+        raw = array.cast(pa.large_binary()).to_pylist()
+        return [
+            value.decode("utf-8", "surrogatepass") if value is not None else "" for value in raw
+        ]
+
+
 def string_buffers(strings: Any) -> tuple[Any, npt.NDArray[np.uint8]]:
     """Offsets and bytes of an Arrow string array, neither copied (the offsets keep their width)."""
     _, offsets_buffer, data_buffer = strings.buffers()[:3]
-    large = str(strings.type) == "large_string"
+    large = str(strings.type) in ("large_string", "large_binary")
     width = np.int64 if large else np.int32
     start = strings.offset
     offsets = np.frombuffer(offsets_buffer, dtype=width)[start : start + len(strings) + 1]
@@ -184,9 +220,18 @@ def join(
     whose best grade misses ``threshold`` are ``no_relevant`` when ``skip_no_relevant``; with
     ``unique_map_keys``, a row whose scores repeat a key (a table's map column must not, while a JSON
     object may, keeping the last), and any row with an empty ID, are ``for_validator``."""
-    if _join is None:
-        raise RuntimeError("the compiled kernels are not built")
     rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if _join is None:
+        return _join_in_python(
+            rows,
+            retrieved,
+            relevant,
+            scores,
+            score_values,
+            threshold=threshold,
+            skip_no_relevant=skip_no_relevant,
+            unique_map_keys=unique_map_keys,
+        )
     n = len(rows)
     retrieved_cap = int((retrieved.lists[rows + 1] - retrieved.lists[rows]).sum()) if n else 0
     label_cap = 0
@@ -245,6 +290,69 @@ def join(
     return Joined(status, duplicates, forced_zero.view(np.bool_), batch)
 
 
+def _texts_of(column: IdColumns | None, row: int) -> list[str] | None:
+    """One row's IDs of an ``IdColumns`` as text; None when the row has no list."""
+    if column is None or (column.valid is not None and not column.valid[row]):
+        return None
+    ends = column.strings
+    data = column.data
+    return [
+        bytes(data[int(ends[j]) : int(ends[j + 1])]).decode("utf-8", "surrogatepass")
+        for j in range(int(column.lists[row]), int(column.lists[row + 1]))
+    ]
+
+
+def _join_in_python(
+    rows: Ints,
+    retrieved: IdColumns,
+    relevant: IdColumns | None,
+    scores: IdColumns | None,
+    score_values: Floats | None,
+    *,
+    threshold: float,
+    skip_no_relevant: bool,
+    unique_map_keys: bool,
+) -> Joined:
+    """``join`` without the compiled extension: the same decisions row by row over the same
+    columns, with ``batch.BatchBuilder`` (the reference the compiled join equals) building the
+    batch. Slow, and only for installs that could not build the extension."""
+    n = len(rows)
+    status = np.zeros(n, dtype=np.uint8)
+    duplicates = np.zeros(n, dtype=np.int64)
+    forced_zero = np.zeros(n, dtype=np.bool_)
+    builder = BatchBuilder()
+    for i, row in enumerate(rows.tolist()):
+        ranking = _texts_of(retrieved, row) or []
+        if "" in ranking:
+            status[i] = ROW_FOR_VALIDATOR
+            continue
+        listed = _texts_of(relevant, row)
+        keys = _texts_of(scores, row)
+        if listed is None and keys is None:
+            status[i] = ROW_UNLABELED
+            continue
+        grades = dict.fromkeys(listed or (), 1.0)
+        repeated = False
+        if keys is not None:
+            assert score_values is not None and scores is not None
+            first = int(scores.lists[row])
+            seen: set[str] = set()
+            for j, key in enumerate(keys):
+                repeated |= key in seen
+                seen.add(key)
+                grades[key] = float(score_values[first + j])
+        if "" in grades or (repeated and unique_map_keys):
+            status[i] = ROW_FOR_VALIDATOR
+            continue
+        has_relevant = max(grades.values(), default=-1.0) >= threshold
+        if not has_relevant and skip_no_relevant:
+            status[i] = ROW_NO_RELEVANT
+            continue
+        duplicates[i] = builder.add(ranking, grades)
+        forced_zero[i] = not has_relevant
+    return Joined(status, duplicates, forced_zero, builder.build())
+
+
 def native_code(spec: MetricSpec) -> int | None:
     """The compiled twin of a metric, or None when it has none (its definition then runs)."""
     native = spec.definition.native
@@ -262,41 +370,56 @@ def score(
     native: bool = True,
 ) -> dict[MetricSpec, Floats]:
     """Per-query values of every spec over ``batch``: compiled twins in one pass, the rest (or all,
-    when ``native`` is False or the extension is missing) by their numpy definitions."""
+    when ``native`` is False or the extension is missing) by their numpy definitions.
+
+    A compiled twin knows no unjudged-document policy: a spec under a non-default one
+    (``unjudged=condensed`` / ``relevant``) runs its twin over the batch that policy makes
+    (``RankedBatch.under_unjudged``), built once per policy and grade, exactly the batch its
+    numpy definition would be handed.
+    """
     values: dict[MetricSpec, Floats] = {}
-    twins = [
-        (spec, code)
-        for spec in specs
-        if native and _join is not None and (code := native_code(spec)) is not None
-    ]
-    if twins and batch.n_queries:
-        longest = max(
-            int(batch.ranked_lengths.max(initial=0)), int(batch.label_lengths.max(initial=0))
-        )
-        # numpy computes the discounts, as the definitions do, so both divide by the same numbers.
-        discounts = np.log2(np.arange(longest, dtype=np.float64) + 2.0)
-        codes = np.array([code for _, code in twins], dtype=np.int32)
-        cutoffs = np.array([-1 if s.k is None else s.k for s, _ in twins], dtype=np.int64)
-        rels = np.array([_rel(s, defaults) for s, _ in twins], dtype=np.float64)
-        out = np.empty((len(twins), batch.n_queries), dtype=np.float64)
-        _join.score(
-            batch.ranked_offsets,
-            batch.ranked_grades,
-            batch.ranked_judged.view(np.uint8),
-            batch.label_offsets,
-            batch.label_grades,
-            discounts,
-            codes,
-            cutoffs,
-            rels,
-            out,
-        )
-        for row, (spec, _) in enumerate(twins):
-            values[spec] = out[row]
+    by_policy: dict[tuple[str, float], list[tuple[MetricSpec, int]]] = {}
+    for spec in specs:
+        if not native or _join is None:
+            break
+        code = native_code(spec)
+        if code is not None:
+            key = spec.definition.unjudged_policy(dict(spec.params), defaults)
+            by_policy.setdefault(key, []).append((spec, code))
+    for (policy, grade), twins in by_policy.items():
+        values.update(_score_twins(batch.under_unjudged(policy, grade), twins, defaults))
     for spec in specs:
         if spec not in values:
             values[spec] = spec.compute(batch, defaults)
     return {spec: values[spec] for spec in specs}
+
+
+def _score_twins(
+    batch: RankedBatch, twins: Sequence[tuple[MetricSpec, int]], defaults: Mapping[str, float]
+) -> dict[MetricSpec, Floats]:
+    """The compiled twins' values over one batch, in one pass per query."""
+    if not batch.n_queries:
+        return {}
+    longest = max(int(batch.ranked_lengths.max(initial=0)), int(batch.label_lengths.max(initial=0)))
+    # numpy computes the discounts, as the definitions do, so both divide by the same numbers.
+    discounts = np.log2(np.arange(longest, dtype=np.float64) + 2.0)
+    codes = np.array([code for _, code in twins], dtype=np.int32)
+    cutoffs = np.array([-1 if s.k is None else s.k for s, _ in twins], dtype=np.int64)
+    rels = np.array([_rel(s, defaults) for s, _ in twins], dtype=np.float64)
+    out = np.empty((len(twins), batch.n_queries), dtype=np.float64)
+    _join.score(
+        batch.ranked_offsets,
+        batch.ranked_grades,
+        batch.ranked_judged.view(np.uint8),
+        batch.label_offsets,
+        batch.label_grades,
+        discounts,
+        codes,
+        cutoffs,
+        rels,
+        out,
+    )
+    return {spec: out[row] for row, (spec, _) in enumerate(twins)}
 
 
 def _rel(spec: MetricSpec, defaults: Mapping[str, float]) -> float:

@@ -25,6 +25,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
+from rankgate import fast
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.io import FORMATS, FieldMap, RawRecord, Trace, limits, open_source, validate_record
 from rankgate.io.bounded import size_text, utf8_length
@@ -36,11 +37,15 @@ from rankgate.times import parse_time
 __all__ = [
     "LABEL_FORMATS",
     "Judgment",
+    "LabelIndex",
     "LabelReading",
     "QueryLabels",
     "collect_labels",
     "judgments_of",
+    "label_table",
+    "queries_with_relevant",
     "read_judgments",
+    "read_query_set",
 ]
 
 DOCUMENT_KEYS = ("document_id", "doc_id")
@@ -50,6 +55,9 @@ SOURCE_KEY = "source"
 QRELS = "qrels"
 #: What ``input_format`` may name for a label file: TREC qrels, or any trace format.
 LABEL_FORMATS = (QRELS, *FORMATS)
+#: Query-set files read as records (a ``query_id`` field per record); any other name is a text
+#: file with one query ID per line.
+QUERY_SET_RECORD_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,3 +296,277 @@ def _stamp(value: Any, location: Location) -> datetime | None:
         raise InputError(
             location, LABELED_AT_KEY, f"expected an ISO 8601 timestamp, got {_clip(value)}"
         ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Labels as one Arrow table, joined to traces by a vectorised lookup
+
+
+def label_table(
+    data: Any, *, fields: FieldMap | None = None, input_format: str | None = None
+) -> Any:
+    """Every query's labels as one ``pyarrow.Table``: ``query_id`` (string), ``relevance_scores``
+    (map<string, float64>) and, when any judgment is dated, ``labeled_at`` (map<string,
+    timestamp[us, UTC]>, a null value for an undated judgment), one row per query.
+
+    ``data`` is anything ``collect_labels`` reads (a label file, qrels, a store URL), a dict of
+    query ID to ``QueryLabels``, or a table of this shape already (checked, and returned in the
+    canonical types). ``evaluate(traces, labels=...)`` takes the table as it takes the rest.
+    """
+    import pyarrow as pa
+
+    if isinstance(data, pa.Table):
+        return _checked_label_table(data)
+    labels = (
+        data
+        if isinstance(data, dict)
+        else collect_labels(data, fields=fields, input_format=input_format)
+    )
+    query_ids: list[str] = []
+    offsets = [0]
+    documents: list[str] = []
+    grades: list[float] = []
+    stamps: list[datetime | None] = []
+    for query_id, held in labels.items():
+        if not isinstance(held, QueryLabels):
+            raise UsageError(
+                f"labels: expected QueryLabels for query {_clip(query_id)}, "
+                f"got a {type(held).__name__}"
+            )
+        query_ids.append(str(query_id))
+        documents.extend(held.grades)
+        grades.extend(held.grades.values())
+        stamps.extend(held.stamps.get(document) for document in held.grades)
+        offsets.append(len(documents))
+    offset_array = pa.array(offsets, pa.int32())
+    keys = fast.text_array(documents)
+    columns = {
+        "query_id": fast.text_array(query_ids),
+        "relevance_scores": pa.MapArray.from_arrays(
+            offset_array, keys, pa.array(grades, pa.float64())
+        ),
+    }
+    if any(stamp is not None for stamp in stamps):
+        columns["labeled_at"] = pa.MapArray.from_arrays(
+            offset_array, keys, pa.array(stamps, _stamp_type())
+        )
+    return pa.table(columns)
+
+
+def _label_types() -> tuple[Any, Any]:
+    import pyarrow as pa
+
+    return pa.map_(pa.string(), pa.float64()), pa.map_(pa.string(), _stamp_type())
+
+
+def _stamp_type() -> Any:
+    import pyarrow as pa
+
+    return pa.timestamp("us", tz="UTC")
+
+
+def _scores_type() -> Any:
+    """The grades' type inside the evaluation: large strings, as the readers give them."""
+    import pyarrow as pa
+
+    return pa.map_(pa.large_string(), pa.float64())
+
+
+def _checked_label_table(table: Any) -> Any:
+    """A caller's label table in the canonical types, or a one-line ``UsageError`` saying what is
+    wrong with it (a missing column, a type that is not a map of grades, a repeated query ID, a
+    grade out of range)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    scores_type, stamps_type = _label_types()
+    for name in ("query_id", "relevance_scores"):
+        if name not in table.schema.names:
+            raise UsageError(
+                f"labels table: no '{name}' column (columns: {', '.join(table.schema.names)})"
+            )
+    try:
+        query_ids = table.column("query_id").cast(pa.string())
+        scores = table.column("relevance_scores").cast(scores_type)
+        stamps = (
+            table.column("labeled_at").cast(stamps_type)
+            if "labeled_at" in table.schema.names
+            else None
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as problem:
+        raise UsageError(
+            "labels table: expected query_id text, relevance_scores map<string, float64> and "
+            f"optionally labeled_at map<string, timestamp> ({problem})"
+        ) from None
+    if query_ids.null_count:
+        raise UsageError("labels table: query_id has a null value")
+    counts = pc.value_counts(query_ids)
+    repeated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
+    if len(repeated):
+        raise UsageError(f"labels table: query_id {_clip(repeated[0].as_py())} is repeated")
+    columns = {"query_id": query_ids.combine_chunks(), "relevance_scores": scores.combine_chunks()}
+    grades = columns["relevance_scores"]
+    values = grades.items
+    if len(values):
+        bad = pc.or_kleene(
+            pc.is_null(values),
+            pc.invert(pc.and_(pc.greater_equal(values, 0.0), pc.less_equal(values, MAX_GRADE))),
+        )
+        if pc.any(pc.fill_null(bad, True)).as_py():
+            raise UsageError(
+                f"labels table: every grade must be a number between 0 and {MAX_GRADE:g}"
+            )
+    if pc.any(pc.fill_null(pc.equal(grades.keys, ""), True)).as_py():
+        raise UsageError("labels table: a document ID is null or empty")
+    if stamps is not None:
+        columns["labeled_at"] = stamps.combine_chunks()
+    return pa.table(columns)
+
+
+class LabelIndex:
+    """Separately kept labels, looked up by query ID for whole Arrow columns at once.
+
+    ``attach`` gives every row of a chunk that carries no labels of its own the labels of its query
+    (``pyarrow.compute.index_in`` and ``take``: no Python object per ID); ``get`` serves the few
+    rows the validator reads, through a dict built the first time one is asked for."""
+
+    def __init__(self, table: Any) -> None:
+        import pyarrow as pa
+
+        table = _checked_label_table(table)
+        self.query_ids = (
+            table.column("query_id").chunk(0) if table.num_rows else pa.array([], pa.string())
+        )
+        scores = table.column("relevance_scores")
+        self.scores = (
+            scores.chunk(0).cast(_scores_type()) if table.num_rows else pa.array([], _scores_type())
+        )
+        self.stamps = None
+        if "labeled_at" in table.schema.names and table.num_rows:
+            self.stamps = table.column("labeled_at").chunk(0)
+        self._rows: dict[str, int] | None = None
+
+    @property
+    def dated(self) -> bool:
+        return self.stamps is not None
+
+    def has_relevant(self, threshold: float) -> Any:
+        """Per query (in table order), whether any label reaches ``threshold``."""
+        return queries_with_relevant(self.scores, threshold)
+
+    def rows_of(self, query_ids: Any) -> Any:
+        """Each ID's row in the table (an Arrow int32 array, null where the query has none)."""
+        import pyarrow.compute as pc
+
+        return pc.index_in(query_ids, value_set=self.query_ids)
+
+    def get(self, query_id: str) -> QueryLabels | None:
+        """One query's labels, for a row the validator read."""
+        if self._rows is None:
+            self._rows = {text: row for row, text in enumerate(self.query_ids.to_pylist())}
+        row = self._rows.get(query_id)
+        if row is None:
+            return None
+        held = QueryLabels()
+        pairs = self.scores[row].as_py() or []
+        stamps = dict(self.stamps[row].as_py() or []) if self.stamps is not None else {}
+        for document, grade in pairs:
+            held.grades[document] = float(grade)
+            held.stamps[document] = stamps.get(document)
+        return held
+
+
+# --------------------------------------------------------------------------------------------
+# The query set a run is expected to cover
+
+
+def read_query_set(data: Any, *, fields: FieldMap | None = None) -> Any:
+    """The IDs of a golden query set as an Arrow string array, first appearance kept, repeats
+    dropped.
+
+    ``data`` is a path or an iterable of IDs. A file named ``*.jsonl``, ``*.json``, ``*.csv``,
+    ``*.tsv`` or ``*.parquet`` (``.gz`` allowed) is read as records, each naming its query in
+    ``query_id`` (or the field ``fields.query_id`` names); any other file holds one ID per line,
+    surrounding white space removed, blank lines and lines starting with ``#`` ignored.
+    """
+    import pyarrow as pa
+
+    if isinstance(data, (pa.Array, pa.ChunkedArray)):
+        ids: list[str] = [str(value) for value in data.to_pylist() if value is not None]
+    elif isinstance(data, (str, PathLike)):
+        ids = list(_query_set_file(Path(data), fields or FieldMap()))
+    else:
+        ids = []
+        for value in data:
+            if not isinstance(value, str) or not value:
+                raise UsageError(f"queries: expected query IDs as text, got {_clip(value)}")
+            ids.append(value)
+    return fast.text_array(list(dict.fromkeys(ids)))
+
+
+def _query_set_file(path: Path, fields: FieldMap) -> Iterator[str]:
+    from rankgate.io.bounded import bounded_lines, open_binary, too_long_problem
+    from rankgate.io.source import decompressed, require_file
+
+    require_file(path)
+    if data_suffix(path) in QUERY_SET_RECORD_SUFFIXES:
+        for raw in open_source(path):
+            record = raw.value
+            value = record.get(fields.query_id) if isinstance(record, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str) or not value:
+                raise InputError(
+                    raw.location, fields.query_id, f"expected a query ID, got {_clip(value)}"
+                )
+            yield value
+        return
+    with open_binary(path) as stream:
+        for number, (line, too_long) in enumerate(bounded_lines(decompressed(stream)), start=1):
+            if too_long:
+                raise InputError(Location(str(path), line=number), None, too_long_problem())
+            try:
+                text = line.decode("utf-8-sig" if number == 1 else "utf-8").strip()
+            except UnicodeDecodeError as problem:
+                raise InputError(
+                    Location(str(path), line=number),
+                    None,
+                    f"line is not valid UTF-8 ({problem.reason})",
+                ) from None
+            if not text or text.startswith("#"):
+                continue
+            if utf8_length(text) > limits.MAX_ID_BYTES:
+                raise InputError(
+                    Location(str(path), line=number),
+                    "query_id",
+                    f"ID is {utf8_length(text):,} bytes, more than the limit of "
+                    f"{size_text(limits.MAX_ID_BYTES)}",
+                )
+            yield text
+
+
+def queries_with_relevant(scores: Any, threshold: float) -> Any:
+    """Per row of a ``map<string, float64>`` array of grades, whether any grade reaches
+    ``threshold``: a NumPy bool array computed over the flattened grades (no Python object per
+    query). A null or non-numeric grade reaches nothing; the join reports it where it is used."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(scores, pa.ChunkedArray):
+        scores = scores.combine_chunks()
+    count = len(scores)
+    relevant = np.zeros(count, dtype=np.bool_)
+    if not count:
+        return relevant
+    # The map's offsets index its (unsliced) grade column.
+    offsets = fast.numpy_of(scores.offsets).astype(np.int64, copy=False)
+    items = scores.items.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    try:
+        items = items.cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return relevant
+    grades = fast.numpy_of(pc.fill_null(items, math.nan)).astype(np.float64, copy=False)
+    owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(offsets))
+    relevant[owner[grades >= threshold]] = True
+    return relevant

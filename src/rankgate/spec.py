@@ -27,15 +27,24 @@ import numpy.typing as npt
 from rankgate.batch import RankedBatch
 from rankgate.errors import SpecError
 from rankgate.io.limits import MAX_IDS_PER_RANKING
-from rankgate.metrics.registry import MetricDef, ParamValue, all_metrics, get
+from rankgate.metrics.registry import (
+    UNJUDGED,
+    UNJUDGED_POLICIES,
+    MetricDef,
+    ParamValue,
+    all_metrics,
+    get,
+)
 
 __all__ = [
     "MAX_CUTOFF",
     "MAX_SPEC_LENGTH",
+    "UNJUDGED_POLICIES",
     "MetricSpec",
     "make_metric",
     "parse_metric",
     "parse_metric_list",
+    "unjudged_variants",
 ]
 
 #: The deepest cutoff accepted: a ranking holds at most this many IDs, so ``@k`` beyond it cuts
@@ -84,6 +93,39 @@ class MetricSpec:
     def param(self, name: str) -> ParamValue:
         """The value of a parameter, given or default."""
         return dict(self.params).get(name, self.definition.param(name).default)
+
+    def accepts(self, name: str) -> bool:
+        """Whether this metric declares the parameter ``name`` (e.g. ``"unjudged"``)."""
+        return any(p.name == name for p in self.definition.params)
+
+    def with_params(self, **changes: str | ParamValue) -> MetricSpec:
+        """This metric at the same cutoff with some parameters changed, validated and canonical.
+
+        ``parse_metric("ndcg@10").with_params(unjudged="relevant")`` is
+        ``ndcg(unjudged=relevant)@10``, and setting a parameter back to its default drops it from
+        the name. A parameter the metric does not declare is a ``SpecError``: ask ``accepts``
+        first (``judged``, ``bpref`` and ``rbp_residual`` take no ``unjudged`` policy).
+        """
+        merged: dict[str, str | ParamValue] = dict(self.params)
+        merged.update(changes)
+        return _canonical(self.definition, self.k, merged, str(self))
+
+    @property
+    def unjudged(self) -> str | None:
+        """The unjudged-document policy of this metric, or None when it takes none."""
+        return str(self.param(UNJUDGED.name)) if self.accepts(UNJUDGED.name) else None
+
+
+def unjudged_variants(spec: MetricSpec) -> dict[str, MetricSpec]:
+    """``spec`` under each unjudged-document policy, by policy name, in the order of
+    ``UNJUDGED_POLICIES`` (nonrelevant, condensed, relevant); empty when the metric takes none.
+
+    The pessimistic/optimistic pair of a report range is ``variants["nonrelevant"]`` and
+    ``variants["relevant"]``; the spec's own policy is among the values.
+    """
+    if not spec.accepts(UNJUDGED.name):
+        return {}
+    return {policy: spec.with_params(unjudged=policy) for policy in UNJUDGED_POLICIES}
 
 
 def _format_value(value: ParamValue) -> str:

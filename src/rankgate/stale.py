@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from rankgate.errors import ConfigError, InputError, Location, UsageError
 from rankgate.io.bounded import (
@@ -33,7 +37,7 @@ from rankgate.io.bounded import (
 )
 from rankgate.io.limits import MAX_ID_BYTES
 
-__all__ = ["LabelFilter", "parse_age", "read_corpus"]
+__all__ = ["FilteredLabels", "LabelFilter", "filter_columns", "parse_age", "read_corpus"]
 
 _AGE = re.compile(r"^(?P<amount>[0-9]+)(?P<unit>[smhdw])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -215,3 +219,208 @@ def _older(stamps: Any, doc: str, cutoff: datetime, location: Location, field: s
             location, where, f"expected an ISO 8601 timestamp, got {stamp!r}"
         ) from None
     return _aware(moment) < cutoff
+
+
+# --------------------------------------------------------------------------------------------
+# The same filter over whole Arrow columns
+
+
+@dataclass(frozen=True, slots=True)
+class FilteredLabels:
+    """What ``filter_columns`` made of a chunk: the table with each labeled row's grades merged
+    into one map (``relevant_ids`` at grade 1, then ``relevance_scores`` over them, as the
+    validator merges them) and filtered, and per row the labels removed as not in the corpus
+    (``stale``), as too old (``expired``), and whether the row lost every relevant label."""
+
+    table: Any
+    stale: npt.NDArray[np.int64]
+    expired: npt.NDArray[np.int64]
+    lost: npt.NDArray[np.bool_]
+
+
+def filter_columns(
+    table: Any,
+    slow: npt.NDArray[np.bool_],
+    stamps: Any,
+    label_filter: LabelFilter,
+    corpus_ids: Any,
+    *,
+    threshold: float,
+    unique_map_keys: bool,
+) -> FilteredLabels:
+    """``LabelFilter.apply`` for every row of a normalised chunk at once.
+
+    ``stamps`` is None or a map array of per-document times aligned entry for entry with the
+    ``relevance_scores`` column (labels joined from a dated label table); a row with its own
+    ``labeled_at`` must already be marked ``slow``, as must anything the validator has to read.
+    ``corpus_ids`` is the corpus as an Arrow string array (None without a corpus). A row whose
+    map repeats a key, when ``unique_map_keys``, is marked slow here (the validator refuses it).
+    Counts of slow rows are 0: the validator's path counts them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    names = table.schema.names
+    text = pa.large_string()
+    keys_parts: list[Any] = []
+    rows_parts: list[npt.NDArray[np.int64]] = []
+    grades_parts: list[npt.NDArray[np.float64]] = []
+    stamp_parts: list[npt.NDArray[np.int64]] = []
+    from_scores_parts: list[npt.NDArray[np.bool_]] = []
+    labeled = np.zeros(n, dtype=np.bool_)
+    no_stamp = np.iinfo(np.int64).min
+
+    if "relevant_ids" in names:
+        relevant = table.column("relevant_ids")
+        relevant = relevant.combine_chunks() if isinstance(relevant, pa.ChunkedArray) else relevant
+        rows, positions, valid = _entries_of(relevant, slow)
+        labeled |= valid
+        keys_parts.append(relevant.values.take(pa.array(positions)).cast(text))
+        rows_parts.append(rows)
+        grades_parts.append(np.ones(len(rows), dtype=np.float64))
+        stamp_parts.append(np.full(len(rows), no_stamp, dtype=np.int64))
+        from_scores_parts.append(np.zeros(len(rows), dtype=np.bool_))
+    if "relevance_scores" in names:
+        scores = table.column("relevance_scores")
+        scores = scores.combine_chunks() if isinstance(scores, pa.ChunkedArray) else scores
+        rows, positions, valid = _entries_of(scores, slow)
+        labeled |= valid
+        picked = pa.array(positions)
+        keys_parts.append(scores.keys.take(picked).cast(text))
+        rows_parts.append(rows)
+        grades_parts.append(_floats(scores.items.take(picked)))
+        stamp_parts.append(
+            np.full(len(rows), no_stamp, dtype=np.int64)
+            if stamps is None
+            else _micros(stamps.items.take(picked), no_stamp)
+        )
+        from_scores_parts.append(np.ones(len(rows), dtype=np.bool_))
+
+    entry_rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, dtype=np.int64)
+    keys = pa.concat_arrays(keys_parts) if keys_parts else pa.array([], text)
+    grades = np.concatenate(grades_parts) if grades_parts else np.zeros(0, dtype=np.float64)
+    entry_stamps = np.concatenate(stamp_parts) if stamp_parts else np.zeros(0, dtype=np.int64)
+    from_scores = (
+        np.concatenate(from_scores_parts) if from_scores_parts else np.zeros(0, dtype=np.bool_)
+    )
+    # Entries in the validator's order: by row, the relevant IDs before the scores, each in order.
+    order = np.argsort(entry_rows, kind="stable")
+    entry_rows, grades, entry_stamps, from_scores = (
+        entry_rows[order],
+        grades[order],
+        entry_stamps[order],
+        from_scores[order],
+    )
+    keys = keys.take(pa.array(order))
+    encoded = pc.dictionary_encode(keys)
+    codes = _ints(encoded.indices)
+    width = max(len(encoded.dictionary), 1)
+    pair = entry_rows * width + codes
+    if unique_map_keys and len(pair):
+        scored_pairs = pair[from_scores]
+        unique_pairs, counts = np.unique(scored_pairs, return_counts=True)
+        repeated = unique_pairs[counts > 1] // width
+        slow[repeated] = True
+    # One entry per (row, document): the last one given wins, as in a dict.
+    reversed_pair = pair[::-1]
+    _, first_of_reversed = np.unique(reversed_pair, return_index=True)
+    last = np.sort(len(pair) - 1 - first_of_reversed)
+    entry_rows, grades, entry_stamps = entry_rows[last], grades[last], entry_stamps[last]
+    keys = keys.take(pa.array(last))
+    relevant_before = _any_per_row(entry_rows, grades >= threshold, n)
+
+    keep = np.ones(len(entry_rows), dtype=np.bool_)
+    stale = np.zeros(n, dtype=np.int64)
+    expired = np.zeros(n, dtype=np.int64)
+    if corpus_ids is not None and len(keep):
+        keep = _bools(pc.is_in(keys, value_set=corpus_ids))
+        stale = np.bincount(entry_rows[~keep], minlength=n).astype(np.int64)
+    if label_filter.max_age is not None and len(keep):
+        cutoff = _aware(label_filter.as_of or datetime.now(UTC)) - label_filter.max_age
+        cutoff_micros = _micros_of(cutoff)
+        old = keep & (entry_stamps != no_stamp) & (entry_stamps < cutoff_micros)
+        expired = np.bincount(entry_rows[old], minlength=n).astype(np.int64)
+        keep &= ~old
+    entry_rows, grades = entry_rows[keep], grades[keep]
+    keys = keys.filter(pa.array(keep)) if len(keep) else keys
+    relevant_after = _any_per_row(entry_rows, grades >= threshold, n)
+    lost = labeled & relevant_before & ~relevant_after
+
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(entry_rows, minlength=n), out=offsets[1:])
+    merged = pa.MapArray.from_arrays(
+        pa.array(offsets.astype(np.int32)),
+        keys,
+        pa.array(grades, pa.float64()),
+        mask=pa.array(~labeled),
+    )
+    columns = {
+        name: table.column(name)
+        for name in names
+        if name not in ("relevant_ids", "relevance_scores")
+    }
+    columns["relevance_scores"] = merged
+    for counts in (stale, expired):
+        counts[slow] = 0
+    lost &= ~slow
+    return FilteredLabels(pa.record_batch(columns), stale, expired, lost)
+
+
+def _entries_of(
+    lists: Any, slow: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """Per item of a list or map array (its rows that are set and not slow): the row, and the
+    item's position in the child array; and which rows are set."""
+    import pyarrow.compute as pc
+
+    n = len(lists)
+    offsets = _ints(lists.offsets).astype(np.int64, copy=False)
+    valid = (_bools(pc.is_valid(lists)) if lists.null_count else np.ones(n, dtype=np.bool_)).copy()
+    taken = valid & ~slow
+    lengths = np.where(taken, np.diff(offsets), 0)
+    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    starts = np.repeat(offsets[:-1] - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    positions = starts + np.arange(len(rows), dtype=np.int64)
+    return rows, positions, valid
+
+
+def _any_per_row(
+    rows: npt.NDArray[np.int64], flags: npt.NDArray[np.bool_], n: int
+) -> npt.NDArray[np.bool_]:
+    return np.bincount(rows[flags], minlength=n) > 0
+
+
+def _micros_of(moment: datetime) -> int:
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _micros(stamps: Any, missing: int) -> npt.NDArray[np.int64]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    as_int = pc.fill_null(stamps.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()), missing)
+    return _ints(as_int)
+
+
+def _floats(values: Any) -> npt.NDArray[np.float64]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return np.asarray(_numbers(pc.fill_null(values.cast(pa.float64()), math.nan)), dtype=np.float64)
+
+
+def _ints(values: Any) -> npt.NDArray[np.int64]:
+    return np.asarray(_numbers(values), dtype=np.int64)
+
+
+def _bools(values: Any) -> npt.NDArray[np.bool_]:
+    import pyarrow.compute as pc
+
+    return np.asarray(_numbers(pc.fill_null(values, False)), dtype=np.bool_)
+
+
+def _numbers(values: Any) -> Any:
+    from rankgate.fast import numpy_of
+
+    return numpy_of(values)

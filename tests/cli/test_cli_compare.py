@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import jsonschema
+import numpy as np
 import pytest
 from cli_helpers import clean_env
 
@@ -279,3 +282,96 @@ def test_per_query_json_and_largest_losses(cli: RunCli, ab_files: tuple[Path, ..
     )
     assert losses.split(": ")[1].startswith(f"{worst['query_id']} {worst['ndcg@10 delta']:+.4f}")
     cli("compare", baseline, regressed, "--per-query").assert_one_line_error("--format json")
+
+
+# --- pairing: paired, unpaired, auto ---------------------------------------------------------------
+
+
+def _variant_rows(
+    seed: int, prefix: str, queries: int, worse_kind: str | None = None
+) -> list[dict[str, Any]]:
+    """Queries of one distribution (relevant document at a geometric rank), each with its own
+    ID; in ``worse_kind`` queries the relevant document sits five ranks lower."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for number in range(queries):
+        kind = ("factual", "navigational", "how_to")[int(rng.integers(3))]
+        rank = int(rng.geometric(0.4)) - 1 + (5 if kind == worse_kind else 0)
+        docs = [f"d{i}" for i in range(20)]
+        rows.append(
+            {
+                "query_id": f"{prefix}{number}",
+                "retrieved_ids": docs,
+                "relevant_ids": [docs[min(rank, 19)]],
+                "kind": kind,
+            }
+        )
+    return rows
+
+
+def write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture
+def split_files(tmp_path: Path) -> tuple[Path, Path]:
+    return (
+        write(tmp_path / "control.jsonl", _variant_rows(21, "a", 300)),
+        write(tmp_path / "treatment.jsonl", _variant_rows(22, "b", 300, worse_kind="how_to")),
+    )
+
+
+def test_cli_auto_says_it_chose_unpaired_and_why(
+    cli: RunCli, split_files: tuple[Path, Path]
+) -> None:
+    control, treatment = split_files
+    table = cli("compare", control, treatment, "-m", "mrr", "--segment-by", "kind")
+    assert table.code == 1, table.err
+    assert "unpaired (Welch's t-test, two-sample bootstrap): 0% of the smaller side's" in table.out
+    assert "auto pairs from 50%" in table.out
+    report = cli(
+        "compare", control, treatment, "-m", "mrr", "--segment-by", "kind", "--format", "json"
+    ).json()
+    design = report["results"][0]["design"]
+    assert design["design"] == "unpaired" and design["requested"] == "auto"
+    assert design["shared_share"] == 0.0
+    assert report["settings"]["pairing"] == "auto"
+    flagged = {
+        c["segment"]["value"] if c["segment"] else "overall" for c in report["cells"] if c["flag"]
+    }
+    assert "kind=how_to" not in flagged and "how_to" in flagged
+    assert {"factual", "navigational"}.isdisjoint(flagged)
+    assert all(c["wins"] is None and c["design"] == "unpaired" for c in report["cells"])
+    markdown = cli("compare", control, treatment, "-m", "mrr", "--format", "markdown").out
+    assert (
+        "Unpaired (Welch's t-test, two-sample bootstrap): 0% of the smaller side's queries are "
+        "on both sides"
+    ) in markdown
+    junit = cli("compare", control, treatment, "-m", "mrr", "--format", "junit").out
+    assert "unpaired: 300 baseline queries, 300 candidate queries" in junit
+    html = cli("compare", control, treatment, "-m", "mrr", "--format", "html").out
+    assert "Unpaired (Welch&#x27;s t-test, two-sample bootstrap): 0% of the smaller" in html
+
+
+def test_cli_pairing_paired_refuses_disjoint_queries(
+    cli: RunCli, split_files: tuple[Path, Path]
+) -> None:
+    control, treatment = split_files
+    result = cli("compare", control, treatment, "-m", "mrr", "--pairing", "paired")
+    assert result.code == 2
+    assert "no query is in both" in result.err and "--pairing unpaired" in result.err
+    assert len(result.err.strip().splitlines()) == 1
+
+
+def test_cli_pairing_unpaired_on_a_replay_compares_the_means(cli: RunCli, tmp_path: Path) -> None:
+    rows = _variant_rows(9, "q", 120)
+    base = write(tmp_path / "b.jsonl", rows)
+    same = write(tmp_path / "c.jsonl", rows)
+    report = cli("compare", base, same, "-m", "mrr", "--pairing", "unpaired", "--format", "json")
+    assert report.code == 0, report.err
+    data = report.json()
+    assert data["results"][0]["design"]["design"] == "unpaired"
+    assert data["results"][0]["design"]["reason"].startswith("requested; 100%")
+    (cell,) = data["cells"]
+    assert cell["p_value"] == 1.0 and cell["delta"] == 0.0

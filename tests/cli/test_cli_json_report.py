@@ -88,6 +88,8 @@ def test_documented_top_level_keys(cli, hand) -> None:
         "min_coverage": None,
         "seed": 0,
         "resamples": 1000,
+        "missing_trace": "skip",
+        "served_k": None,
     }
     assert report["sources"] == [str(hand.path)]
 

@@ -75,5 +75,6 @@ def test_compare_reports_show_the_warnings(
 
 def test_a_clean_run_has_no_warnings(cli: RunCli, project: tuple[Path, Path]) -> None:
     traces, _ = project
-    result = cli("eval", traces, "--no-config", "--format", "json", "-m", "ndcg@10")
+    # Cut within the 3 IDs each ranking holds: ndcg@10 would warn that k passes the median depth.
+    result = cli("eval", traces, "--no-config", "--format", "json", "-m", "ndcg@3")
     assert result.json()["warnings"] == []

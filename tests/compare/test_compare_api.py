@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -458,3 +459,64 @@ def test_every_record_is_accounted_for(tmp_path: Path) -> None:
         1,
         1,
     )
+
+
+def test_a_candidate_in_another_order_gives_the_same_cells() -> None:
+    baseline, regressed, _ = ab_traces(seed=3)
+    in_order = compare(baseline, regressed, metrics=AB_METRICS, settings=SEGMENTED)
+    shuffled = list(reversed(regressed[: len(regressed) // 2])) + regressed[len(regressed) // 2 :]
+    reordered = compare(baseline, shuffled, metrics=AB_METRICS, settings=SEGMENTED)
+    assert [c.statistics() for c in reordered.cells] == [c.statistics() for c in in_order.cells]
+    assert [c.interval for c in reordered.cells] == [c.interval for c in in_order.cells]
+    first, second = in_order.results[0], reordered.results[0]
+    assert list(second.candidate.query_ids) == list(first.candidate.query_ids)
+    for spec in first.candidate.metrics:
+        assert np.array_equal(second.candidate.values[spec], first.candidate.values[spec])
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("pairing", ["paired", "unpaired"])
+def test_sides_read_again_while_scored_give_the_same_comparison(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pairing: str
+) -> None:
+    # Past HELD_RANKING_BYTES a side lets its rankings go and reads them again from the file
+    # while it is scored; a budget of 0 makes every file side do so.
+    import rankgate.compare_read
+
+    baseline, regressed, _ = ab_traces(seed=4)
+    # A number as a segment value sends its record to the validator on the first pass: such
+    # rows keep their ranking in memory, the others are read again.
+    baseline[3] = {**baseline[3], "query_type": 2.5}
+    # Unpaired, each side is segmented by its own attributes: the candidate needs them too.
+    kinds = {row["query_id"]: row["query_type"] for row in baseline}
+    regressed = [{**row, "query_type": kinds[row["query_id"]]} for row in regressed]
+    shuffled = list(reversed(regressed[:50])) + regressed[50:]
+    baseline = [*baseline, {**baseline[0], "query_id": "caf\u00e9 \\u00e9"}]
+    base = _write_jsonl(tmp_path / "base.jsonl", baseline)
+    cand = _write_jsonl(tmp_path / "cand.jsonl", shuffled)
+    options: dict[str, Any] = {"metrics": AB_METRICS, "settings": SEGMENTED, "pairing": pairing}
+    held = compare(str(base), str(cand), **options)
+    monkeypatch.setattr(rankgate.compare_read, "HELD_RANKING_BYTES", 0)
+    kept: list[int] = []
+    original = rankgate.compare_read.streamed_side
+
+    def counted(*arguments: Any) -> Any:
+        source = original(*arguments)
+        kept.append(len(source.held))
+        return source
+
+    monkeypatch.setattr(sys.modules["rankgate.compare"], "streamed_side", counted)
+    streamed = compare(str(base), str(cand), **options)
+    assert kept == [1, 1]  # both sides streamed; each kept its validator-read row
+    assert [c.statistics() for c in streamed.cells] == [c.statistics() for c in held.cells]
+    assert [c.interval for c in streamed.cells] == [c.interval for c in held.cells]
+    assert streamed.read == held.read and streamed.results[0].pairing == held.results[0].pairing
+    for before, after in zip(held.results, streamed.results, strict=True):
+        assert before.candidate.summary == after.candidate.summary
+        assert before.baseline.summary == after.baseline.summary
+        # Per-query attributes are read back on demand, from the source a second time.
+        assert after.baseline.to_arrow().equals(before.baseline.to_arrow())

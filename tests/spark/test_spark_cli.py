@@ -121,3 +121,60 @@ def test_options_spark_cannot_honour_are_refused(
 def test_master_needs_the_spark_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _exit_code(["eval", str(tmp_path / "t.parquet"), "--master", "local[2]"]) == 2
     assert "--master applies to --engine spark" in capsys.readouterr().err
+
+
+def _candidate(baseline: Path, path: Path) -> Path:
+    """The baseline with the top two IDs swapped on every third query: a real, mixed change."""
+    table = pq.read_table(baseline)
+    rows = table.to_pylist()
+    for i, row in enumerate(rows):
+        if i % 3 == 0:
+            ranked = row["retrieved_ids"]
+            ranked[0], ranked[1] = ranked[1], ranked[0]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path, row_group_size=100)
+    return path
+
+
+def _compare_report(args: list[str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "rankgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+    assert isinstance(report, dict)
+    report["exit"] = done.returncode
+    return report
+
+
+@pytest.mark.parametrize("pairing", ["paired", "unpaired"])
+def test_spark_compare_reports_what_local_compare_reports(tmp_path: Path, pairing: str) -> None:
+    reason = _unavailable()
+    if reason is not None:
+        if REQUIRED:
+            pytest.fail(f"RANKGATE_REQUIRE_SPARK=1 but {reason}")
+        pytest.skip(reason)
+    baseline = _traces(tmp_path / "base.parquet")
+    candidate = _candidate(baseline, tmp_path / "cand.parquet")
+    common = [
+        "compare", str(baseline), str(candidate), "--no-config", "--no-progress",
+        "--format", "json", "-m", "ndcg@10,mrr", "--segment-by", "query_type",
+        "--pairing", pairing,
+    ]  # fmt: skip
+    local = _compare_report(common)
+    spark = _compare_report([*common, "--engine", "spark", "--master", "local[2]"])
+    assert spark["exit"] == local["exit"]
+    assert spark["results"] == local["results"]
+
+
+def test_compare_on_spark_refuses_what_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["compare", "-", str(tmp_path / "b.parquet"), "--engine", "spark"]
+    assert _exit_code(args) == 2
+    assert "--engine spark reads Parquet" in capsys.readouterr().err
+    assert _exit_code(["compare", "a.parquet", "b.parquet", "--master", "local[2]"]) == 2
+    assert "--master applies to --engine spark" in capsys.readouterr().err

@@ -259,8 +259,8 @@ def test_store_errors_are_one_line(rankgate: Rankgate, tmp_path: Path) -> None:
     rankgate("eval", "postgresql://nobody@127.0.0.1:1/none", "--no-config").one_line_error(
         "cannot connect"
     )
-    rankgate("eval", EXAMPLES / "traces.jsonl", "--since", "1d", "--no-config").one_line_error(
-        "apply to a trace store URL"
+    rankgate("eval", EXAMPLES / "traces.jsonl", "--variant", "a", "--no-config").one_line_error(
+        "--variant applies only to a trace store URL"
     )
     empty = tmp_path / "empty.db"
     empty.write_bytes(b"")

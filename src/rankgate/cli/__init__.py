@@ -48,9 +48,6 @@ DEBUG_ENV = "RANKGATE_DEBUG"
 EXIT_INTERRUPTED = 130
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
-# glibc's mallopt parameter for the size from which allocations get their own mmap.
-_M_MMAP_THRESHOLD = -3
-
 # An exception's message is clipped to this many characters in the internal-error line: it may
 # quote a whole record, and the line has to stay readable in a CI log.
 _MAX_MESSAGE = 500
@@ -108,26 +105,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rankgate: error: {message} (see '{self.prog} --help')\n")
 
 
-def _keep_freed_memory() -> None:
-    """Let glibc reuse freed blocks of any size instead of unmapping them.
-
-    The columnar readers allocate tens of megabytes per chunk and free them a moment later. Above
-    glibc's mmap threshold (32 MB at most, by default) every such block is a fresh mapping that the
-    kernel zeroes page by page: on a million JSON lines that was 40% of the run (6.0 s against 3.6 s
-    with the threshold raised), for 0.3 GB more peak memory. The command owns its process, so it
-    sets this for itself; the library never does. Elsewhere than glibc this does nothing.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        mallopt = getattr(libc, "mallopt", None)
-        if mallopt is not None and hasattr(libc, "gnu_get_libc_version"):
-            mallopt(_M_MMAP_THRESHOLD, 1 << 30)
-    except OSError:
-        pass
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rankgate",
@@ -172,7 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(arguments: list[str]) -> int:
-    _keep_freed_memory()
     # Trace IDs may hold lone surrogates (JSON allows "\ud800"): print them escaped, not crash.
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)

@@ -30,8 +30,17 @@ from rankgate.cli.terminal import (
     write_extra_report,
     write_report,
 )
-from rankgate.compare import TESTS, Significance, compare
+from rankgate.compare import (
+    AUTO_PAIRED_SHARE,
+    PAIRINGS,
+    TESTS,
+    Comparison,
+    Significance,
+    compare,
+)
 from rankgate.errors import UsageError
+from rankgate.evaluate import Settings
+from rankgate.gates import GatePolicy
 from rankgate.io import TrecSource
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_comparison, render_comparison_verdict
@@ -49,10 +58,11 @@ STORE_VARIANT_FIELD = "variant"
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "compare",
-        help="compare retrieval configurations on the same queries",
-        description="Compare a baseline with one or more candidates on the queries they share: "
-        "per metric and segment, the paired delta, its 95% interval, an adjusted p-value and a "
-        "flag. Exit 0 (nothing flagged), 1 (a regression or a missed gate) or 2 (bad input).",
+        help="compare retrieval configurations (paired or traffic-split A/B)",
+        description="Compare a baseline with one or more candidates: per metric and segment, the "
+        "delta, its 95% interval, an adjusted p-value and a flag; paired on the queries they "
+        "share, or unpaired when each served its own queries (--pairing). Exit 0 (nothing "
+        "flagged), 1 (a regression or a missed gate) or 2 (bad input).",
     )
     parser.add_argument(
         "sources",
@@ -97,10 +107,20 @@ def add_parser(commands: Any) -> None:
     )
     tests = parser.add_argument_group("statistics")
     tests.add_argument(
+        "--pairing",
+        choices=PAIRINGS,
+        default="auto",
+        help="paired: the same queries on both sides (per-query deltas; a replay); unpaired: each "
+        "side its own queries (Welch's t-test on the means; a traffic-split A/B test); auto "
+        f"(default): paired when at least {AUTO_PAIRED_SHARE * 100:.0f}%% of the smaller side's queries "
+        "are on both sides. Every report says which was used and why",
+    )
+    tests.add_argument(
         "--test",
         choices=TESTS,
         default="t",
-        help="paired t-test (default) or sign-flip randomization test",
+        help="paired t-test (default) or sign-flip randomization test (paired comparisons; "
+        "unpaired ones use Welch's t-test)",
     )
     tests.add_argument(
         "--permutations",
@@ -134,6 +154,19 @@ def add_parser(commands: Any) -> None:
     add_scoring_options(parser)
     add_store_options(parser, variants=False)
     add_otel_options(parser)
+    engines = parser.add_argument_group("engines")
+    engines.add_argument(
+        "--engine",
+        choices=("local", "spark"),
+        default="local",
+        help="score in this process (default) or on Spark: Parquet files or folders, any URL "
+        "Spark reads (needs rankgate[spark]); paired and unpaired alike",
+    )
+    engines.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master for --engine spark (default: the launcher's, else local[*])",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -154,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
     variant_field = args.variant_field
     if variant_field is None and len(args.sources) == 1 and is_store_url(args.sources[0]):
         variant_field = STORE_VARIANT_FIELD
+    if args.master is not None and args.engine != "spark":
+        raise UsageError("--master applies to --engine spark")
+    if args.engine == "spark":
+        return _report(args, _compare_on_spark(args, config, settings, policy, significance))
     sides: list[Any] = _sides(args, variant_field)
     if variant_field is not None:
         # Read only the variants compared, when they are named.
@@ -185,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
             labels_format=args.labels_format,
             variant_field=variant_field,
             input_format=args.input_format,
+            pairing=args.pairing,
             progress=bar.update,
         )
     finally:
@@ -192,6 +230,11 @@ def run(args: argparse.Namespace) -> int:
     for side in sides:
         for note in source_notes(side):
             sys.stderr.write(note + "\n")
+    return _report(args, comparison)
+
+
+def _report(args: argparse.Namespace, comparison: Comparison) -> int:
+    """Render the comparison in the asked format, write it, and return the verdict's exit code."""
     style = style_for(sys.stdout, args.color)
     if args.report_format == "json":
         text = render_json(comparison_report(comparison, per_query=args.per_query))
@@ -208,6 +251,64 @@ def run(args: argparse.Namespace) -> int:
         write_extra_report(render_comparison_html(comparison), args.html)
     write_report(text, args.output, render_comparison_verdict(comparison, style))
     return EXIT_OK if comparison.passed else EXIT_FAILED
+
+
+def _compare_on_spark(
+    args: argparse.Namespace,
+    config: Any,
+    settings: Settings,
+    policy: GatePolicy,
+    significance: Significance,
+) -> Comparison:
+    """The same comparison scored on Spark: Parquet inputs by path or URL, labels read here."""
+    refused = [
+        ("--qrels", args.qrels is not None),
+        ("standard input", "-" in args.sources),
+        ("a trace store", any(is_store_url(text) for text in args.sources)),
+        ("--per-query", args.per_query),
+        ("--input-format other than parquet", args.input_format not in (None, "parquet")),
+        (
+            "--otel-* options",
+            bool(args.otel_span_kind or args.otel_query_id or args.otel_doc_id_key),
+        ),
+        ("--since/--until", args.since is not None or args.until is not None),
+        ("--sample", args.sample is not None),
+        ("--sql/--param", args.sql is not None or bool(args.param)),
+    ]
+    for name, given in refused:
+        if given:
+            raise UsageError(
+                f"--engine spark reads Parquet files and folders; {name} does not apply"
+            )
+    from rankgate.engines.spark_compare import compare_on_spark
+
+    variant_field = args.variant_field
+    if variant_field is not None:
+        if len(args.sources) != 1 or args.baseline_value is None or not args.candidate_values:
+            raise UsageError(
+                "with --variant-field, name one input and the variants: --baseline A --candidate B"
+            )
+        baseline: Any = args.sources[0]
+        candidates: list[Any] = [args.baseline_value, *args.candidate_values]
+    else:
+        if len(args.sources) < 2:
+            raise UsageError("name a baseline and at least one candidate")
+        baseline, *candidates = args.sources
+    return compare_on_spark(
+        baseline,
+        *candidates,
+        metrics=metrics_from(args, config),
+        gates=gates_from(args, config),
+        settings=settings,
+        policy=policy,
+        significance=significance,
+        labels=args.labels,
+        labels_format=args.labels_format,
+        variant_field=variant_field,
+        pairing=args.pairing,
+        master=args.master,
+        progress=not args.no_progress,
+    )
 
 
 def _sides(args: argparse.Namespace, variant_field: str | None) -> list[str]:

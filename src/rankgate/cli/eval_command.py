@@ -10,6 +10,7 @@ from typing import Any
 from rankgate.cli.options import (
     add_labels_format_option,
     add_otel_options,
+    add_query_set_options,
     add_report_options,
     add_scoring_options,
     add_store_options,
@@ -34,13 +35,14 @@ from rankgate.cli.terminal import (
 from rankgate.errors import UsageError
 from rankgate.evaluate import evaluate
 from rankgate.io import TrecSource
+from rankgate.io.datasets import shown
 from rankgate.io.source import require_file
 from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.html import render_eval_html
 from rankgate.report.json_report import eval_report, render_json
 from rankgate.report.junit import render_eval_junit
 from rankgate.report.markdown import render_eval_markdown
-from rankgate.store.backends import is_store_url, redact_url
+from rankgate.store.backends import is_store_url
 
 
 def add_parser(commands: Any) -> None:
@@ -52,9 +54,12 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "traces",
-        nargs="?",
-        help="trace file (JSON Lines, JSON array, Parquet, CSV/TSV; .gz ok), - for stdin, or a "
-        "trace store (sqlite:///FILE.db, postgresql://USER@HOST/DB)",
+        nargs="*",
+        metavar="TRACES",
+        help="trace files (JSON Lines, JSON array, Parquet, CSV/TSV; .gz ok), read together as "
+        "one input; a folder, a quoted glob ('traces/**/*.parquet'), a hive-partitioned dataset, "
+        "s3:// or gs:// URLs; - for stdin; or a trace store (sqlite:///FILE.db, "
+        "postgresql://USER@HOST/DB)",
     )
     parser.add_argument(
         "--run", type=Path, help="TREC run file (with --qrels) instead of a trace file"
@@ -77,6 +82,7 @@ def add_parser(commands: Any) -> None:
         f"(default {DEFAULT_WORST})",
     )
     add_scoring_options(parser)
+    add_query_set_options(parser)
     add_store_options(parser, variants=True)
     add_otel_options(parser)
     engines = parser.add_argument_group("engines")
@@ -140,11 +146,15 @@ def run(args: argparse.Namespace) -> int:
             worst=first(args.worst, DEFAULT_WORST) if html else 0,
             labels=args.labels,
             labels_format=args.labels_format,
+            queries=args.queries,
         )
     finally:
         bar.close()
     for note in source_notes(traces):
         sys.stderr.write(note + "\n")
+    if evaluation.summary.read == 0 and (args.since is not None or args.until is not None):
+        # Not an error (a quiet day is possible), but never to be mistaken for a full report.
+        sys.stderr.write(f"{label}: no traces recorded in the --since/--until window\n")
     return _report(args, evaluation, sources)
 
 
@@ -189,9 +199,12 @@ def _check_spark(args: argparse.Namespace) -> None:
     refused = [
         ("--run/--qrels", args.run is not None or args.qrels is not None),
         ("--labels", args.labels is not None),
+        ("--queries", args.queries is not None),
+        ("--missing-trace zero", args.missing_trace == "zero"),
         ("--worst", args.worst is not None),
-        ("standard input", args.traces == "-"),
-        ("a trace store", args.traces is not None and is_store_url(args.traces)),
+        ("standard input", "-" in args.traces),
+        ("a trace store", any(is_store_url(text) for text in args.traces)),
+        ("several inputs", len(args.traces) > 1),
         ("--since/--until", args.since is not None or args.until is not None),
         ("--variant", bool(args.variant)),
         ("--sample", args.sample is not None),
@@ -210,16 +223,26 @@ def _check_spark(args: argparse.Namespace) -> None:
 
 
 def _traces(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """What to read, and its names as reports show them (URLs without their passwords). Several
+    paths are one input: a list, which ``open_source`` reads file after file."""
     if args.run is not None or args.qrels is not None:
         if args.run is None or args.qrels is None:
             raise UsageError("--run and --qrels go together")
-        if args.traces is not None:
+        if args.traces:
             raise UsageError("give either a trace file or --run/--qrels, not both")
         for path in (args.run, args.qrels):
             require_file(path)
         return TrecSource(args.run, args.qrels), [str(args.run), str(args.qrels)]
-    if args.traces is None:
+    given: list[str] = args.traces
+    if not given:
         raise UsageError("name a trace file (or - for stdin, or --run FILE --qrels FILE)")
-    # A store URL is named without its password, in every report.
-    shown = redact_url(args.traces) if is_store_url(args.traces) else args.traces
-    return args.traces, [shown]
+    if len(given) > 1:
+        for text in given:
+            if text == "-" or is_store_url(text):
+                raise UsageError(
+                    f"{shown(text)} cannot be read together with other inputs: give it alone"
+                )
+        if args.input_format == "otlp":
+            raise UsageError("--input-format otlp reads one export file or folder; give one path")
+        return list(given), [shown(text) for text in given]
+    return given[0], [shown(given[0])]

@@ -16,7 +16,7 @@ from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
 from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
-from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource
+from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource, TimeWindow, open_source
 from rankgate.labels import LABEL_FORMATS
 from rankgate.report.console import counted
 from rankgate.stale import LabelFilter, parse_age, read_corpus
@@ -27,6 +27,7 @@ from rankgate.times import parse_moment
 __all__ = [
     "add_labels_format_option",
     "add_otel_options",
+    "add_query_set_options",
     "add_report_options",
     "add_scoring_options",
     "add_store_options",
@@ -164,6 +165,45 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_query_set_options(parser: argparse.ArgumentParser) -> None:
+    """The query set a run should cover, what a query of it without a trace gets, and the depth
+    users are served (``rankgate eval``)."""
+    group = parser.add_argument_group("query set and served depth")
+    group.add_argument(
+        "--queries",
+        type=Path,
+        metavar="FILE",
+        help="golden query set the traces should cover: one query ID per line, or JSON Lines/"
+        "JSON/CSV/Parquet records with a query_id. Without it the set is the labels' (--labels, "
+        "--qrels, or a store's labels when read without --since/--until/--sql: with a time "
+        "window only --queries names queries as missing). Its queries with no trace count as "
+        "missing_trace; traces of queries outside it are scored and counted as outside_set",
+    )
+    group.add_argument(
+        "--missing-trace",
+        choices=("skip", "zero"),
+        help="a query of the query set with no trace: leave it out of the means (default) or "
+        "score it 0 on every metric, in means, intervals and the (missing) segment (trec_eval -c)",
+    )
+    group.add_argument(
+        "--served-k",
+        type=_positive_int,
+        metavar="K",
+        help="how many results users are shown (rankgate.toml: served_k); a gate on a metric "
+        "cut at another depth is warned about",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number >= 1")
+    return value
+
+
 def add_store_options(parser: argparse.ArgumentParser, *, variants: bool) -> None:
     """Options that choose what to read from a trace store URL."""
     store = parser.add_argument_group(
@@ -172,7 +212,9 @@ def add_store_options(parser: argparse.ArgumentParser, *, variants: bool) -> Non
     store.add_argument(
         "--since",
         metavar="WHEN",
-        help="traces recorded at or after this: an age (24h, 7d) or an ISO 8601 time or date",
+        help="traces recorded at or after this: an age (24h, 7d) or an ISO 8601 time or date; "
+        "for a store, its recorded time; for files, their 'timestamp' field, and date=YYYY-MM-DD "
+        "partitions outside the window are not read",
     )
     store.add_argument(
         "--until", metavar="WHEN", help="traces recorded before this (same forms as --since)"
@@ -297,22 +339,32 @@ def store_source(
         )
         if value
     ]
-    if text is None or not is_store_url(text):
-        if given:
+    stores = [text] if isinstance(text, str) else list(text) if isinstance(text, list) else []
+    if text is None or not any(is_store_url(item) for item in stores):
+        store_only = [name for name in given if name not in ("--since", "--until")]
+        if store_only:
             raise UsageError(
-                f"{', '.join(given)} apply to a trace store URL (sqlite:///..., postgresql://...)"
+                f"{', '.join(store_only)} "
+                f"{'applies' if len(store_only) == 1 else 'apply'} only to a trace store URL "
+                "(sqlite:///..., postgresql://...)"
             )
-        return text
+        if text is None or "-" in stores:
+            if given:
+                raise UsageError("--since/--until select among files and trace stores, not stdin")
+            return text
+        if not given:
+            return text
+        # Files, folders, globs, datasets: a window that prunes partitions and filters rows.
+        since, until = _window_ends(args)
+        return open_source(text, args.input_format, window=TimeWindow(since=since, until=until))
     if args.param and args.sql is None:
         raise UsageError("--param binds values of --sql")
-    now = datetime.now(UTC)
+    since, until = _window_ends(args)
     window = Window(
-        since=None if args.since is None else parse_moment(args.since, "--since", now),
-        until=None if args.until is None else parse_moment(args.until, "--until", now),
+        since=since,
+        until=until,
         variants=(*getattr(args, "variant", ()), *variants) if args.sql is None else (),
     )
-    if window.since is not None and window.until is not None and window.since >= window.until:
-        raise UsageError("--since must be before --until")
     params = {}
     for pair in args.param:
         name, sep, value = pair.partition("=")
@@ -328,6 +380,16 @@ def store_source(
         params=params,
         fields=settings.fields,
     )
+
+
+def _window_ends(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]:
+    """--since and --until as aware UTC times, measured from one "now"."""
+    now = datetime.now(UTC)
+    since = None if args.since is None else parse_moment(args.since, "--since", now)
+    until = None if args.until is None else parse_moment(args.until, "--until", now)
+    if since is not None and until is not None and since >= until:
+        raise UsageError("--since must be before --until")
+    return since, until
 
 
 # The report format a file name implies, for ``-o`` without ``--format``.
@@ -450,6 +512,12 @@ def settings_from(args: argparse.Namespace, config: Config) -> Settings:
         label_filter=_label_filter(args, config),
         seed=first(args.seed, config.seed, 0),
         resamples=first(args.resamples, config.resamples, DEFAULT_RESAMPLES),
+        # Only ``rankgate eval`` has these options; rankgate.toml may state served_k and
+        # missing_trace once the config reads them (getattr keeps older configs working).
+        missing_trace=first(
+            getattr(args, "missing_trace", None), getattr(config, "missing_trace", None), "skip"
+        ),
+        served_k=first(getattr(args, "served_k", None), getattr(config, "served_k", None), _UNSET),
     )
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -81,7 +81,10 @@ from rankgate.segments import (
 )
 from rankgate.spec import MetricSpec
 
-__all__ = ["MISSING_PYSPARK", "evaluate", "evaluate_path", "session"]
+if TYPE_CHECKING:
+    from rankgate.compare import Comparison
+
+__all__ = ["MISSING_PYSPARK", "compare_on_spark", "evaluate", "evaluate_path", "session"]
 
 MISSING_PYSPARK = "the spark engine needs pyspark: pip install 'rankgate[spark]'"
 # The row-number column added to every partition's table (see above); refused as a user column.
@@ -136,6 +139,19 @@ def evaluate(
         scored = df.mapInArrow(job, _output_ddl(job))
         results = _collect_arrow(scored, job)
     return _assemble(results, job, checked_gates, settings, policy)
+
+
+def compare_on_spark(baseline: Any, *candidates: Any, **options: Any) -> Comparison:
+    """Compare a baseline with candidates on Spark: the same ``Comparison`` as ``rankgate.compare``.
+
+    The inputs are DataFrames or Parquet paths; the options are ``rankgate.compare``'s (metrics,
+    gates, settings, policy, significance, labels, labels_format, variant_field, pairing) plus
+    ``master`` and ``progress``. Defined in ``rankgate.engines.spark_compare``, which imports
+    this module.
+    """
+    from rankgate.engines.spark_compare import compare_on_spark as compare_here
+
+    return compare_here(baseline, *candidates, **options)
 
 
 def evaluate_path(

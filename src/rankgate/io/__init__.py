@@ -1,8 +1,8 @@
 """Readers for every supported trace source, and the validator they all feed.
 
-``open_source`` is the one entry point: it takes a path, ``-``, a list of dicts or a table and
-returns a ``TraceSource`` yielding located ``RawRecord``s, which ``validate_record`` turns into
-``Trace``s.
+``open_source`` is the one entry point: it takes a path, ``-``, several paths, a glob, a folder, an
+``s3://``/``gs://`` URL, a list of dicts or a table and returns a ``TraceSource`` yielding located
+``RawRecord``s, which ``validate_record`` turns into ``Trace``s.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.errors import UsageError
+from rankgate.io.datasets import ChainedSource, DatasetSource, TimeWindow, open_paths
 from rankgate.io.json_records import JsonSource
 from rankgate.io.otlp import OtlpOptions, OtlpSource, OtlpStats
 from rankgate.io.source import (
@@ -19,6 +20,7 @@ from rankgate.io.source import (
     TraceSource,
     detect_format,
     file_size,
+    names_many_files,
     refuse_otlp_export,
     require_file,
 )
@@ -28,11 +30,14 @@ from rankgate.io.validate import FieldMap, RawRecord, Trace, validate_record
 
 __all__ = [
     "FORMATS",
+    "ChainedSource",
+    "DatasetSource",
     "FieldMap",
     "OtlpOptions",
     "OtlpSource",
     "OtlpStats",
     "RawRecord",
+    "TimeWindow",
     "Trace",
     "TraceSource",
     "TrecSource",
@@ -54,25 +59,54 @@ def _is_source(data: Any) -> bool:
 
 
 # Sources built by hand (e.g. a TrecSource) pass straight through open_source.
-SOURCE_TYPES = (JsonSource, ArrowSource, CsvSource, RecordsSource, TrecSource, OtlpSource)
+SOURCE_TYPES = (
+    JsonSource,
+    ArrowSource,
+    CsvSource,
+    RecordsSource,
+    TrecSource,
+    OtlpSource,
+    ChainedSource,
+)
 
 
-def open_source(data: Any, input_format: str | None = None) -> TraceSource:
-    """A trace source for a path (str or Path; ``-`` is stdin), a list of dicts, or a table.
+def open_source(
+    data: Any, input_format: str | None = None, *, window: TimeWindow | None = None
+) -> TraceSource:
+    """A trace source for a path (str or Path; ``-`` is stdin), several paths (a list), a glob, a
+    folder, an ``s3://`` or ``gs://`` URL, a trace store URL, a list of dicts, or a table.
 
     ``input_format`` (one of ``FORMATS``) overrides detection from the file name and content.
     ``"otlp"`` reads an OpenTelemetry export file, or every export file in a folder, with default
     ``OtlpOptions``; pass an ``OtlpSource`` built by hand for other options.
+
+    ``window`` keeps only the traces recorded in it: by date partition (``date=YYYY-MM-DD``
+    folders, whose other days are never opened) and by each trace's ``timestamp``; for a store
+    URL, by the time the store recorded.
     """
     if input_format is not None and input_format not in FORMATS:
         raise UsageError(f"unknown input format {input_format!r} (formats: {', '.join(FORMATS)})")
+    windowed = window is not None and window.active
     if isinstance(data, str) and "://" in data:
-        from rankgate.store import StoreSource, is_store_url
+        from rankgate.store import StoreSource, Window, is_store_url
 
         if is_store_url(data):
             if input_format is not None:
                 raise UsageError("a trace store URL has no input format to choose")
+            if window is not None and windowed:
+                return StoreSource(data, Window(since=window.since, until=window.until))
             return StoreSource(data)
+    if input_format != "otlp" and (names_many_files(data) or (windowed and _is_path(data))):
+        return open_paths(
+            list(data) if isinstance(data, (list, tuple)) else [data],
+            input_format,
+            window=window,
+        )
+    if windowed:
+        raise UsageError(
+            "--since/--until select among files, folders, datasets and trace stores; "
+            f"not in a {type(data).__name__}"
+        )
     if isinstance(data, str) and data == STDIN:
         if input_format not in (None, "json"):
             raise UsageError("standard input is read as JSON Lines or a JSON array only")
@@ -104,3 +138,7 @@ def open_source(data: Any, input_format: str | None = None) -> TraceSource:
         f"cannot read traces from a {type(data).__name__}: give a path, a list (or any iterable) "
         "of dicts, or a pandas, polars or Arrow table"
     )
+
+
+def _is_path(data: Any) -> bool:
+    return isinstance(data, Path) or (isinstance(data, str) and data != STDIN)

@@ -102,6 +102,14 @@ def decode_json(decoder: json.JSONDecoder, text: str) -> Any:
         return decoder.decode(text)
     except RecursionError:
         raise NestingError() from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as problem:
+        # Python refuses to convert integers of more than sys.get_int_max_str_digits() digits
+        # (a guard against quadratic parsing); that is malformed input like any other.
+        if "digits" not in str(problem):
+            raise
+        raise json.JSONDecodeError("a number with too many digits", text, 0) from None
 
 
 def deeper_than(value: Any, limit: int) -> bool:

@@ -23,6 +23,9 @@ __all__ = [
     "bytes_done",
     "decompressed",
     "detect_format",
+    "has_glob",
+    "is_remote_url",
+    "names_many_files",
     "refuse_otlp_export",
 ]
 
@@ -66,6 +69,39 @@ class TraceSource(Protocol):
     def __iter__(self) -> Iterator[RawRecord]: ...
 
     def done(self) -> int: ...
+
+
+# Object storage read through pyarrow's file systems (credentials from the environment).
+REMOTE_SCHEMES = ("s3", "gs", "gcs")
+GLOB_CHARACTERS = frozenset("*?[")
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_remote_url(text: object) -> bool:
+    """True for an object-storage URL: ``s3://bucket/key``, ``gs://bucket/key``."""
+    match = _URL_SCHEME.match(text) if isinstance(text, str) else None
+    return match is not None and match.group(1).lower() in REMOTE_SCHEMES
+
+
+def has_glob(text: str) -> bool:
+    return any(character in GLOB_CHARACTERS for character in text)
+
+
+def names_many_files(data: object) -> bool:
+    """Whether ``data`` names an input read as a set of files (``io/datasets.py``): a list of
+    paths, a glob, a folder, or an object-storage URL. A path that exists as written is itself,
+    even when its name holds a glob character."""
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(isinstance(item, (str, Path)) for item in data)
+    if isinstance(data, Path):
+        return data.is_dir()
+    if not isinstance(data, str) or data == "-":
+        return False
+    if is_remote_url(data):
+        return True
+    if _URL_SCHEME.match(data):
+        return False
+    return os.path.isdir(data) or (has_glob(data) and not os.path.exists(data))
 
 
 def data_suffix(path: Path) -> str:

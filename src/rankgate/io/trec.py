@@ -8,7 +8,8 @@ a negative one (some TREC tracks use -1 or -2 for "judged, not relevant") become
 
 One record is produced per query of the run, in order of first appearance; its location is the run
 line where that query first appears. A query without qrels is unlabeled. As in trec_eval, queries
-that appear only in the qrels are not evaluated.
+that appear only in the qrels are not evaluated by default; ``expected_queries`` names them as the
+query set, so that ``missing_trace="zero"`` scores them 0 as trec_eval's ``-c`` does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rankgate.errors import InputError, Location
 from rankgate.io import limits
@@ -46,12 +48,41 @@ class TrecSource:
         self._run = Path(run)
         self._qrels = Path(qrels)
         self._done = 0
+        self._qrels_read: dict[str, dict[str, float]] | None = None
 
     def done(self) -> int:
         return self._done
 
+    def expected_queries(self) -> tuple[str, Any]:
+        """The query set the run is expected to cover: every query of the qrels, as a label table
+        (``query_id``, ``relevance_scores``), named for reports."""
+        import pyarrow as pa
+
+        labels = self._labels()
+        offsets = [0]
+        documents: list[str] = []
+        grades: list[float] = []
+        for held in labels.values():
+            documents.extend(held)
+            grades.extend(held.values())
+            offsets.append(len(documents))
+        scores = pa.MapArray.from_arrays(
+            pa.array(offsets, pa.int32()),
+            pa.array(documents, pa.string()),
+            pa.array(grades, pa.float64()),
+        )
+        table = pa.table(
+            {"query_id": pa.array(list(labels), pa.string()), "relevance_scores": scores}
+        )
+        return f"qrels {self._qrels}", table
+
+    def _labels(self) -> dict[str, dict[str, float]]:
+        if self._qrels_read is None:
+            self._qrels_read = read_qrels(self._qrels)
+        return self._qrels_read
+
     def __iter__(self) -> Iterator[RawRecord]:
-        labels = read_qrels(self._qrels)
+        labels = self._labels()
         rankings: dict[str, list[tuple[float, str]]] = {}
         first_line: dict[str, int] = {}
         for number, parts in _lines(self._run):

@@ -6,7 +6,8 @@ reference code differs. Conventions shared by all metrics:
 
 * rankings are de-duplicated before scoring (first rank wins);
 * a document is relevant when its grade >= ``rel`` (default 1); grade 0 means judged non-relevant,
-  and a document with no label counts as grade 0;
+  and a document with no label counts as grade 0 unless the metric's ``unjudged`` parameter says
+  otherwise (``UNJUDGED`` in the registry: applied once, to the batch, before any kernel runs);
 * a denominator of zero (no relevant document at this metric's ``rel``, no ideal gain, nothing
   retrieved) scores 0 — queries with no relevant document at all are set aside before any kernel runs
   (see ``EmptyRelevantPolicy`` in ``rankgate.evaluate``).
@@ -19,7 +20,7 @@ import numpy as np
 from rankgate.batch import RankedBatch
 from rankgate.metrics import kernels
 from rankgate.metrics.kernels import Floats
-from rankgate.metrics.registry import Alias, Param, metric
+from rankgate.metrics.registry import UNJUDGED, Alias, Param, metric
 
 REL = Param(
     "rel",
@@ -45,7 +46,7 @@ _TREC = "trec_eval 9.0 (NIST)"
 @metric(
     "ndcg",
     native="ndcg",
-    params=(GAIN,),
+    params=(GAIN, UNJUDGED),
     summary="Normalised discounted cumulative gain of the top k.",
     formula="DCG@k / IDCG@k, DCG@k = Σ_{i≤k} gain(g_i) / log2(i + 1)",
     reference="Järvelin & Kekäläinen, TOIS 20(4) 2002; exponential gain: Burges et al., ICML 2005; "
@@ -66,7 +67,7 @@ def ndcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
 @metric(
     "dcg",
     native="dcg",
-    params=(GAIN,),
+    params=(GAIN, UNJUDGED),
     summary="Discounted cumulative gain of the top k (not normalised).",
     formula="Σ_{i≤k} gain(g_i) / log2(i + 1)",
     reference="Järvelin & Kekäläinen, TOIS 20(4) 2002",
@@ -82,7 +83,7 @@ def dcg(batch: RankedBatch, k: int | None, gain: str) -> Floats:
 @metric(
     "precision",
     native="precision",
-    params=(REL,),
+    params=(REL, UNJUDGED),
     summary="Share of the top k that is relevant.",
     formula="|relevant ∩ top k| / k",
     reference=f"{_MANNING}; {_TREC} P_k",
@@ -104,7 +105,7 @@ def precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 @metric(
     "recall",
     native="recall",
-    params=(REL,),
+    params=(REL, UNJUDGED),
     summary="Share of all relevant documents found in the top k.",
     formula="|relevant ∩ top k| / R",
     reference=f"{_MANNING}; {_TREC} recall_k",
@@ -120,7 +121,7 @@ def recall(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 @metric(
     "mrr",
     native="mrr",
-    params=(REL,),
+    params=(REL, UNJUDGED),
     summary="Reciprocal rank of the first relevant document (mean over queries: MRR).",
     formula="1 / rank of the first relevant document in the top k",
     reference=f"Voorhees, TREC-8 QA track (1999); {_TREC} recip_rank",
@@ -139,7 +140,7 @@ def mrr(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 @metric(
     "map",
     native="map",
-    params=(REL,),
+    params=(REL, UNJUDGED),
     summary="Average precision at the ranks of relevant documents (mean over queries: MAP).",
     formula="Σ_{i≤k, i relevant} P@i / R",
     reference=f"{_MANNING} §8.4; {_TREC} map, map_cut_k",
@@ -161,7 +162,7 @@ def average_precision(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 @metric(
     "hit_rate",
     native="hit_rate",
-    params=(REL,),
+    params=(REL, UNJUDGED),
     summary="1 when any relevant document is in the top k, else 0.",
     formula="[|relevant ∩ top k| > 0]",
     reference=f"{_TREC} success_k",
@@ -177,7 +178,7 @@ def hit_rate(batch: RankedBatch, k: int | None, rel: float) -> Floats:
 @metric(
     "r_precision",
     native="r_precision",
-    params=(REL,),
+    params=(REL, UNJUDGED),
     cutoff=False,
     summary="Precision at rank R, where R is the number of relevant documents.",
     formula="|relevant ∩ top R| / R",
@@ -210,3 +211,106 @@ def judged(batch: RankedBatch, k: int | None) -> Floats:
     if k is not None:
         shown = np.minimum(shown, float(k))
     return kernels.ratio(labeled, shown)
+
+
+PERSISTENCE = Param(
+    "p",
+    kind="number",
+    default=0.8,
+    description="persistence of rank-biased precision: the chance that a user who has read one "
+    "rank goes on to the next (expected reading depth 1 / (1 - p)); 0 < p < 1",
+    minimum=0.0,
+    exclusive_min=True,
+    maximum=1.0,
+    exclusive_max=True,
+)
+
+_MOFFAT_ZOBEL = (
+    "Moffat & Zobel, TOIS 27(1) 2008, Rank-biased precision for measurement of retrieval"
+)
+
+
+@metric(
+    "bpref",
+    params=(REL,),
+    cutoff=False,
+    summary="Binary preference: how often judged relevant documents rank above judged "
+    "non-relevant ones; unjudged documents are ignored.",
+    formula="1/R Σ_{r relevant retrieved} (1 - min(n_r, R) / min(N, R)), n_r = judged "
+    "non-relevant documents ranked above r, N = judged non-relevant documents (1 for r when n_r = 0)",
+    reference=f"Buckley & Voorhees, SIGIR 2004; {_TREC} bpref (m_bpref.c)",
+    edge_cases="Reads only judged documents, so every unjudged policy gives the same value: it "
+    "takes no `unjudged` parameter. Non-relevant means labeled with a grade below `rel`. 0 when R "
+    "is 0. No cutoff, as in trec_eval. infAP (Yilmaz & Aslam, CIKM 2006) is not offered: it "
+    "estimates AP on the assumption that the judged documents are a uniform random sample of a "
+    "defined pool, with pooled-but-unsampled documents marked apart from unpooled ones; production "
+    "labels come from whatever annotators were shown and carry no such mark, so rankgate cannot "
+    "tell when the assumption holds, and an estimate under a broken assumption is a confident, "
+    "biased number. Use bpref, `unjudged=condensed`, or the range between `unjudged=nonrelevant` "
+    "and `unjudged=relevant` instead.",
+)
+def bpref(batch: RankedBatch, k: int | None, rel: float) -> Floats:
+    del k  # declared without a cutoff
+    # An unjudged document has grade 0 < rel, so it is never relevant; nonrelevant needs a label.
+    relevant = batch.ranked_grades >= rel
+    nonrelevant = batch.ranked_judged & ~relevant
+    total = kernels.relevant_total(batch, rel)
+    judged_nonrelevant = np.bincount(
+        batch.label_query[batch.label_grades < rel], minlength=batch.n_queries
+    ).astype(np.float64)
+    above = kernels.hits_so_far(batch, nonrelevant).astype(np.float64)
+    r = total[batch.ranked_query]
+    # above > 0 implies N > 0 and R > 0 (this position is relevant), so the ratio is defined there.
+    penalty = kernels.ratio(
+        np.minimum(above, r), np.minimum(judged_nonrelevant[batch.ranked_query], r)
+    )
+    credit = np.where(relevant, np.where(above > 0, 1.0 - penalty, 1.0), 0.0)
+    return kernels.ratio(kernels.per_query_sum(batch, credit), total)
+
+
+@metric(
+    "rbp",
+    params=(PERSISTENCE, REL, UNJUDGED),
+    summary="Rank-biased precision: the expected rate of relevant documents read by a user who "
+    "goes on from each rank with probability p.",
+    formula="(1 - p) Σ_{i≤k} [g_i ≥ rel] p^(i-1)",
+    reference=_MOFFAT_ZOBEL,
+    edge_cases="Binary at `rel`, as in the paper; grades above `rel` earn no more. Not normalised "
+    "by R: a finite ranking scores at most 1 - p^d (d = documents in the top k), so a perfect "
+    "ranking does not score 1. Its uncertainty is `rbp_residual`: the true value under any "
+    "labels of the unjudged documents and any continuation of the ranking lies between `rbp` "
+    "and `rbp` + `rbp_residual` (M&Z §5); `rbp(unjudged=relevant)` is the upper end without the "
+    "tail beyond the ranking.",
+    monotone_in_k=True,
+    perfect_scores_one=False,
+)
+def rbp(batch: RankedBatch, k: int | None, p: float, rel: float) -> Floats:
+    hits = kernels.relevant_hits(batch, k, rel)
+    weights = np.where(hits, (1.0 - p) * np.power(p, batch.ranked_rank.astype(np.float64)), 0.0)
+    return kernels.per_query_sum(batch, weights)
+
+
+@metric(
+    "rbp_residual",
+    params=(PERSISTENCE,),
+    summary="The width rank-biased precision leaves open: the weight of unjudged documents in "
+    "the top k plus the weight of every rank beyond what was scored.",
+    formula="(1 - p) Σ_{i≤d, i unjudged} p^(i-1) + p^d, d = min(k, documents retrieved)",
+    reference=f"{_MOFFAT_ZOBEL}, §5 (residuals)",
+    edge_cases="1 for an empty ranking (nothing is known). A ranking shorter than k is treated as "
+    "cut where it ends: the ranks it does not fill count to the residual, as in the paper. Reads "
+    "only whether a document is judged, so it takes no `rel` or `unjudged` parameter. "
+    "`rbp` + `rbp_residual` <= 1.",
+    perfect_scores_one=False,
+)
+def rbp_residual(batch: RankedBatch, k: int | None, p: float) -> Floats:
+    inside = kernels.within_cutoff(batch, k)
+    weights = np.where(
+        inside & ~batch.ranked_judged,
+        (1.0 - p) * np.power(p, batch.ranked_rank.astype(np.float64)),
+        0.0,
+    )
+    depth = batch.ranked_lengths.astype(np.float64)
+    if k is not None:
+        depth = np.minimum(depth, float(k))
+    return kernels.per_query_sum(batch, weights) + np.power(p, depth)

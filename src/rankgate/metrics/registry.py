@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REGISTRY",
+    "UNJUDGED",
+    "UNJUDGED_POLICIES",
     "Alias",
     "Kernel",
     "MetricDef",
@@ -40,8 +42,9 @@ class Param:
     """A declared metric parameter.
 
     ``kind`` is ``"number"`` (int or float, stored as int when integral so that ``rel=2`` prints as
-    written) or ``"choice"`` (one of ``choices``). ``minimum`` is exclusive when ``exclusive_min``.
-    Canonical specs leave out a parameter at its default, unless ``run_default``.
+    written) or ``"choice"`` (one of ``choices``). ``minimum`` is exclusive when ``exclusive_min``,
+    ``maximum`` when ``exclusive_max``. Canonical specs leave out a parameter at its default, unless
+    ``run_default``.
     """
 
     name: str
@@ -51,6 +54,8 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     exclusive_min: bool = False
+    maximum: float | None = None
+    exclusive_max: bool = False
     # The run sets this parameter's default (e.g. --relevance-threshold for ``rel``). A value written
     # explicitly is then kept even when it equals ``default``: ``precision(rel=1)@5`` must stay at 1
     # when the run's threshold is 2.
@@ -81,7 +86,41 @@ class Param:
             if too_small:
                 bound = ">" if self.exclusive_min else ">="
                 raise ValueError(f"expected a number {bound} {self.minimum:g}, got {raw!r}")
+        if self.maximum is not None:
+            too_large = number >= self.maximum if self.exclusive_max else number > self.maximum
+            if too_large:
+                bound = "<" if self.exclusive_max else "<="
+                raise ValueError(f"expected a number {bound} {self.maximum:g}, got {raw!r}")
         return int(number) if number.is_integer() else number
+
+
+#: The unjudged-document policies, default first (see ``UNJUDGED``).
+UNJUDGED_POLICIES = ("nonrelevant", "condensed", "relevant")
+
+#: The one parameter through which every relevance metric takes an unjudged-document policy. It is
+#: applied here, in ``MetricDef.compute``, by handing the kernel a transformed batch
+#: (``RankedBatch.under_unjudged``); no kernel sees it, so a metric opts in by declaring it.
+UNJUDGED = Param(
+    "unjudged",
+    kind="choice",
+    default="nonrelevant",
+    description="what a retrieved document with no label for the query counts as (a document is "
+    "judged when it carries any label, grade 0 included). "
+    "`nonrelevant`: grade 0, trec_eval's default; values are then lower bounds for the "
+    "precision-like metrics. "
+    "`condensed`: removed from the ranking before scoring, so the documents below it move up and "
+    "@k cuts the condensed list (Sakai, 'Alternatives to bpref', SIGIR 2007; trec_eval -J; "
+    "pytrec_eval judged_docs_only_flag=True). "
+    "`relevant`: the optimistic policy: every unjudged retrieved document gets the grade `rel` "
+    "(the metric's own, else the run's relevance threshold, else 1) and joins the query's labels, "
+    "so it also counts in R and in the ideal ranking (recall stays <= 1); cf. the residuals of "
+    "Moffat & Zobel, TOIS 2008, and Lu, Moffat & Culpepper, Information Retrieval Journal 2016. "
+    "It is optimistic but not an upper bound for every metric: a relevant document added low in "
+    "a ranking can lower AP and nDCG, because R and the ideal grow (a relevant document at rank "
+    "1, judged non-relevant ones at ranks 2-9, an unjudged one at rank 10: AP is 1 under "
+    "`nonrelevant` and (1 + 2/10) / 2 = 0.6 under `relevant`)",
+    choices=UNJUDGED_POLICIES,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +153,9 @@ class MetricDef:
     aliases: tuple[Alias, ...] = ()
     bounded: bool = True
     monotone_in_k: bool = False
+    # Whether retrieving exactly the relevant documents, best first, scores 1 (false for measures
+    # not normalised by R, such as rank-biased precision, and for rbp's residual).
+    perfect_scores_one: bool = True
     # The compiled twin of ``kernel`` in ``rankgate._join`` (see ``rankgate.fast``), if it has one.
     # The kernel stays the definition; tests hold the twin equal to it on random batches.
     native: str | None = None
@@ -138,7 +180,25 @@ class MetricDef:
         """
         fallback = defaults or {}
         full = {p.name: params.get(p.name, fallback.get(p.name, p.default)) for p in self.params}
-        return self.kernel(batch, k, **full)
+        policy, grade = self.unjudged_policy(params, defaults)
+        full.pop(UNJUDGED.name, None)
+        return self.kernel(batch.under_unjudged(policy, grade), k, **full)
+
+    def unjudged_policy(
+        self, params: Mapping[str, ParamValue], defaults: Mapping[str, ParamValue] | None = None
+    ) -> tuple[str, float]:
+        """The unjudged-document policy a computation uses, and the grade an unjudged document
+        gets under ``relevant``: the metric's ``rel``, else the run's threshold, else 1.
+
+        A metric that does not declare ``unjudged`` always runs under ``nonrelevant`` (its
+        kernel reads ``ranked_judged`` itself, as ``judged`` and ``bpref`` do).
+        """
+        fallback = defaults or {}
+        if not any(p.name == UNJUDGED.name for p in self.params):
+            return str(UNJUDGED.default), 1.0
+        policy = str(params.get(UNJUDGED.name, UNJUDGED.default))
+        grade = params.get("rel", fallback.get("rel", 1))
+        return policy, float(grade)
 
 
 REGISTRY: dict[str, MetricDef] = {}
@@ -156,6 +216,7 @@ def metric(
     aliases: tuple[Alias, ...] = (),
     bounded: bool = True,
     monotone_in_k: bool = False,
+    perfect_scores_one: bool = True,
     native: str | None = None,
 ) -> Callable[[Kernel], Kernel]:
     """Register ``kernel`` under ``name``; the one place a metric is added."""
@@ -175,6 +236,7 @@ def metric(
             aliases=aliases,
             bounded=bounded,
             monotone_in_k=monotone_in_k,
+            perfect_scores_one=perfect_scores_one,
             native=native,
         )
         return kernel

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rankgate.compare import CandidateResult, Comparison
-from rankgate.evaluate import Evaluation
+from rankgate.compare import CandidateResult, Cell, Comparison
+from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
 from rankgate.report.numbers import format_against, format_margin, format_threshold
 from rankgate.segments import Group
@@ -15,12 +15,15 @@ __all__ = [
     "NO_GATES",
     "Style",
     "counted",
+    "depth_text",
     "eval_verdict_text",
     "format_p",
+    "query_set_lines",
     "render_comparison",
     "render_comparison_verdict",
     "render_table",
     "render_verdict",
+    "shown_query_id",
 ]
 
 
@@ -106,6 +109,61 @@ def _warnings(warnings: Sequence[str], style: Style) -> list[str]:
     return [style.bad("warning: ") + warning for warning in warnings]
 
 
+# A query ID longer than this is cut when listed.
+_SHOWN_ID_CHARS = 60
+
+
+def shown_query_id(query_id: str) -> str:
+    """A query ID as a report lists it: as it is when printable, else quoted with escapes (a line
+    break or a terminal escape in an ID must not break or colour the report); long ones cut."""
+    text = query_id if query_id.isprintable() else repr(query_id)
+    return text if len(text) <= _SHOWN_ID_CHARS else text[: _SHOWN_ID_CHARS - 3] + "..."
+
+
+def query_set_lines(evaluation: Evaluation) -> list[str]:
+    """What the known query set held and what became of its queries without a trace, in the
+    words every eval report uses (plain text: each format escapes it); none when no set is known."""
+    summary = evaluation.summary
+    if summary.query_set is None or summary.expected_queries is None:
+        return []
+    missing = summary.missing_trace
+    head = (
+        f"query set ({summary.query_set}): {counted(summary.expected_queries, 'query')}, "
+        f"{missing:,} without a trace (missing_trace; not records, so outside 'read')"
+    )
+    if summary.missing_scored:
+        head += (
+            f"; {summary.missing_scored:,} scored 0 on every metric (segment value (missing)), "
+            f"so the means cover {counted(summary.in_means, 'query')}"
+        )
+    elif missing:
+        head += "; left out of the means (--missing-trace zero scores them 0)"
+    lines = [head]
+    if summary.missing_examples:
+        listed = ", ".join(shown_query_id(q) for q in summary.missing_examples)
+        lines.append(
+            f"missing_trace, first {len(summary.missing_examples)} of {missing:,}: {listed}"
+        )
+    if summary.query_set == "queries":
+        lines.append(
+            f"{counted(summary.outside_set, 'record')} of queries outside the query set "
+            "(outside_set; scored as the rest)"
+        )
+    return lines
+
+
+def depth_text(summary: Summary, served_k: int | None) -> str | None:
+    """The served depth in one line, or None when nothing was scored from a trace."""
+    depth = summary.served_depth
+    if depth is None:
+        return None
+    text = (
+        f"served depth: median {depth.median:g} IDs per ranking, 10th percentile {depth.p10:g} "
+        f"(over {counted(depth.queries, 'scored ranking')})"
+    )
+    return text if served_k is None else f"{text} · users see {served_k} (served_k)"
+
+
 def _counts(evaluation: Evaluation) -> list[str]:
     summary = evaluation.summary
     skipped = summary.skipped
@@ -118,6 +176,10 @@ def _counts(evaluation: Evaluation) -> list[str]:
         f"{counted(summary.duplicates_dropped, 'duplicate ID')} dropped from scored rankings · "
         f"relevant = grade >= {evaluation.settings.relevance_threshold:g}",
     ]
+    lines += query_set_lines(evaluation)
+    depth = depth_text(summary, evaluation.settings.served_k)
+    if depth is not None:
+        lines.append(depth)
     if evaluation.settings.label_filter.active:
         lines.append(
             f"stale labels removed: {summary.labels_removed_stale:,} not in the corpus, "
@@ -290,7 +352,8 @@ def eval_verdict_text(evaluation: Evaluation) -> str:
 
 def render_verdict(evaluation: Evaluation, style: Style) -> str:
     """One line a CI log can be grepped for: PASS or FAIL, and what missed by how much."""
-    scored = evaluation.summary.scored
+    # The queries the means cover: with missing_trace="zero", the missing ones too.
+    scored = evaluation.summary.in_means
     verdict = eval_verdict_text(evaluation)
     if verdict == NO_GATES:
         note = "" if scored else " (no query could be scored)"
@@ -335,9 +398,9 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
     cells = len(comparison.cells)
     lines = [
         style.bold("rankgate compare") + f"  baseline {comparison.baseline}",
-        f"{TEST_NAMES[significance.test]} · {CORRECTION_NAMES[significance.correction]} "
+        f"{test_names(comparison)} · {CORRECTION_NAMES[significance.correction]} "
         f"correction over {counted(cells, 'cell')} · alpha {significance.alpha:g} · margin "
-        f"{significance.margin:g} · 95% BCa intervals of the delta "
+        f"{significance.margin:g} · 95% {interval_names(comparison)} "
         f"({comparison.settings.resamples} resamples, seed {comparison.settings.seed})",
     ]
     lines.append(
@@ -361,21 +424,51 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
     return "\n".join(lines) + "\n"
 
 
+def test_names(comparison: Comparison) -> str:
+    designs = {result.pairing.design for result in comparison.results}
+    names = []
+    if "paired" in designs:
+        names.append(TEST_NAMES[comparison.significance.test])
+    if "unpaired" in designs:
+        names.append("Welch's t-test (unpaired)")
+    return " / ".join(names)
+
+
+def interval_names(comparison: Comparison) -> str:
+    designs = {result.pairing.design for result in comparison.results}
+    names = []
+    if "paired" in designs:
+        names.append("BCa intervals of the delta")
+    if "unpaired" in designs:
+        names.append("two-sample bootstrap intervals of the difference")
+    return " / ".join(names)
+
+
 def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
     pairing = result.pairing
     summary = result.candidate.summary
     skipped = ", ".join(f"{reason} {count}" for reason, count in summary.skipped.items())
-    lines = [
-        style.bold(f"candidate {result.name}"),
-        f"{counted(pairing.paired, 'query')} paired, {pairing.baseline_only:,} only in the "
-        f"baseline, {pairing.candidate_only:,} only in the candidate · of the paired: "
-        f"{summary.scored:,} scored, {sum(summary.skipped.values()):,} skipped ({skipped})",
-    ]
+    lines = [style.bold(f"candidate {result.name}")]
+    if pairing.design == "unpaired":
+        before = result.baseline.summary
+        lines.append(
+            f"unpaired (Welch's t-test, two-sample bootstrap): {pairing.reason} · baseline "
+            f"{before.scored:,} scored, candidate {summary.scored:,} scored "
+            f"({sum(summary.skipped.values()):,} skipped: {skipped})"
+        )
+    else:
+        lines.append(
+            f"{counted(pairing.paired, 'query')} paired, {pairing.baseline_only:,} only in the "
+            f"baseline, {pairing.candidate_only:,} only in the candidate · of the paired: "
+            f"{summary.scored:,} scored, {sum(summary.skipped.values()):,} skipped ({skipped})"
+        )
+        if pairing.reason:
+            lines.append(f"paired: {pairing.reason}")
     for side, count, examples in (
         ("baseline", pairing.baseline_only, pairing.baseline_only_ids),
         ("candidate", pairing.candidate_only, pairing.candidate_only_ids),
     ):
-        if count:
+        if count and pairing.design == "paired":
             more = f", ... ({count - len(examples)} more)" if count > len(examples) else ""
             lines.append(f"  only in the {side}: {', '.join(examples)}{more}")
     rows: list[tuple[str, ...]] = [
@@ -389,7 +482,7 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
             "delta %",
             "95% CI of delta",
             "p adj",
-            "d_z",
+            "d_z" if pairing.design == "paired" else "d",
             "W/T/L",
             "",
         )
@@ -409,7 +502,7 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
                 f"[{_signed_plain(cell.interval[0])}, {_signed_plain(cell.interval[1])}]",
                 format_p(cell.p_adjusted),
                 "n/a" if cell.effect_size is None else f"{cell.effect_size:+.2f}",
-                f"{cell.wins}/{cell.ties}/{cell.losses}",
+                win_tie_loss(cell),
                 _MARKERS.get(cell.flag or "", ""),
             )
         )
@@ -417,7 +510,11 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
     lines += _flag_grid(rows, style)
     if any(cell.status == "insufficient" for cell in result.cells):
         lines.append(
-            style.dim("  * fewer paired queries than min_queries: reported, never flagged")
+            style.dim(
+                "  * fewer paired queries than min_queries: reported, never flagged"
+                if pairing.design == "paired"
+                else "  * a side has fewer queries than min_queries: reported, never flagged"
+            )
         )
     regressions = sorted(
         (cell for cell in result.cells if cell.flag == "regression"), key=lambda c: c.delta
@@ -475,6 +572,13 @@ def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
     if gate_misses:
         parts.append(f"{counted(len(gate_misses), 'candidate gate')} missed")
     return style.bad("FAIL · " + "; ".join(parts))
+
+
+def win_tie_loss(cell: Cell) -> str:
+    """Wins/ties/losses of a paired cell; "n/a" for an unpaired one (no query on both sides)."""
+    if cell.wins is None or cell.ties is None or cell.losses is None:
+        return "n/a"
+    return f"{cell.wins}/{cell.ties}/{cell.losses}"
 
 
 def format_p(p: float) -> str:

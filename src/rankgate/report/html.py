@@ -28,9 +28,17 @@ import numpy as np
 
 from rankgate import __version__
 from rankgate.compare import TIE_TOLERANCE, CandidateResult, Cell, Comparison
-from rankgate.evaluate import Evaluation
+from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
-from rankgate.report.console import CORRECTION_NAMES, TEST_NAMES, counted, format_p
+from rankgate.report.console import (
+    CORRECTION_NAMES,
+    counted,
+    format_p,
+    interval_names,
+    shown_query_id,
+    test_names,
+    win_tie_loss,
+)
 from rankgate.report.numbers import format_against, format_margin, format_threshold
 from rankgate.report.svg import (
     TOOLTIP_SHOWN,
@@ -338,9 +346,22 @@ def _eval_verdict(evaluation: Evaluation) -> str:
         f'<section class="verdict {word.lower() if checks else "none"}" role="status">'
         f"<strong>{word}</strong>"
         f'{escape(detail)}{worst}<div class="meta">{summary.read:,} records read · '
-        f"{summary.scored:,} scored · {sum(summary.skipped.values()):,} skipped</div>"
+        f"{summary.scored:,} scored · {sum(summary.skipped.values()):,} skipped"
+        f"{_missing_meta(summary)}</div>"
         f"{_warnings(evaluation.warnings)}</section>"
     )
+
+
+def _missing_meta(summary: Summary) -> str:
+    """The queries of the query set without a trace, beside the record counts they are not
+    part of."""
+    if summary.query_set is None:
+        return ""
+    expected = summary.expected_queries or 0
+    text = f" · {summary.missing_trace:,} of {expected:,} expected queries without a trace"
+    if summary.missing_scored:
+        text += f" ({summary.missing_scored:,} scored 0)"
+    return escape(text)
 
 
 def _warnings(warnings: Sequence[str]) -> str:
@@ -503,7 +524,13 @@ def _means_section(evaluation: Evaluation) -> str:
         "means",
         [("metric", False), ("mean", True), ("95% interval", False), ("overall gates", False)],
         rows,
-        f"Means over {evaluation.summary.scored:,} scored queries; intervals are bootstrap "
+        f"Means over {evaluation.summary.in_means:,} scored queries"
+        + (
+            f" ({evaluation.summary.missing_scored:,} of them without a trace, scored 0)"
+            if evaluation.summary.missing_scored
+            else ""
+        )
+        + "; intervals are bootstrap "
         f"({evaluation.settings.resamples:,} resamples), or the normal approximation over "
         f"{NORMAL_FROM_QUERIES:,} queries or more.",
     )
@@ -623,6 +650,21 @@ def _coverage_section(evaluation: Evaluation) -> str:
     ]
     if evaluation.judged is not None and summary.scored:
         items.append((f"{evaluation.judged} (judged share)", f"{evaluation.judged_mean:.1%}"))
+    if summary.query_set is not None:
+        items += [
+            ("queries in the query set", f"{summary.expected_queries or 0:,}"),
+            ("missing_trace (no trace; not a record)", f"{summary.missing_trace:,}"),
+            ("missing queries scored 0", f"{summary.missing_scored:,}"),
+        ]
+        if summary.query_set == "queries":
+            items.append(("records outside the query set", f"{summary.outside_set:,}"))
+    if summary.served_depth is not None:
+        items += [
+            ("median ranking depth (IDs)", f"{summary.served_depth.median:g}"),
+            ("10th percentile depth (IDs)", f"{summary.served_depth.p10:g}"),
+        ]
+    if evaluation.settings.served_k is not None:
+        items.append(("served_k (results users see)", f"{evaluation.settings.served_k:,}"))
     if evaluation.settings.label_filter.active:
         items += [
             ("labels removed: not in corpus", f"{summary.labels_removed_stale:,}"),
@@ -657,9 +699,29 @@ def _coverage_section(evaluation: Evaluation) -> str:
             f"<h3>Invalid records (first {len(summary.invalid_examples)} of "
             f"{summary.skipped.get('invalid', 0):,})</h3><ul>{listed}</ul>"
         )
+    missing = ""
+    if summary.missing_examples:
+        listed = "".join(
+            f"<li><code>{_data(shown_query_id(query_id))}</code></li>"
+            for query_id in summary.missing_examples
+        )
+        where = "" if summary.query_set is None else f" ({summary.query_set})"
+        missing = (
+            f"<h3>Queries without a trace{escape(where)}: first {len(summary.missing_examples)} "
+            f'of {summary.missing_trace:,}</h3><p class="note">{escape(_MISSING_NOTE)}</p>'
+            f"<ul>{listed}</ul>"
+        )
     return (
-        f"<section><h2>Coverage and skipped records</h2>{_cards(items)}{table}{invalid}</section>"
+        f"<section><h2>Coverage and skipped records</h2>{_cards(items)}{table}{invalid}"
+        f"{missing}</section>"
     )
+
+
+_MISSING_NOTE = (
+    "Queries of the known query set with no trace at all: not records, so outside 'records "
+    "read'. Under --missing-trace zero each is scored 0 on every metric and counts in the means, "
+    "intervals and the segment value (missing); by default they are left out."
+)
 
 
 def _worst_section(evaluation: Evaluation) -> str:
@@ -784,9 +846,10 @@ def render_comparison_html(comparison: Comparison, *, generated: datetime | None
     if misses:
         detail_html += escape(f" · {misses} candidate gate(s) missed")
     method = (
-        f"{TEST_NAMES[significance.test]}, {CORRECTION_NAMES[significance.correction]} correction, "
-        f"alpha {significance.alpha:g}, margin {significance.margin:g}; 95% BCa intervals of the "
-        f"delta ({comparison.settings.resamples:,} resamples, seed {comparison.settings.seed})"
+        f"{test_names(comparison)}, {CORRECTION_NAMES[significance.correction]} correction, "
+        f"alpha {significance.alpha:g}, margin {significance.margin:g}; 95% "
+        f"{interval_names(comparison)} ({comparison.settings.resamples:,} resamples, seed "
+        f"{comparison.settings.seed})"
     )
     reads = ", ".join(
         _data(name)
@@ -816,10 +879,16 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
     summary = result.candidate.summary
     ident = f"c{number}"
     name = clip_text(result.name, TEXT_SHOWN)
+    unpaired = pairing.design == "unpaired"
+    design = ("Unpaired (Welch's t-test, two-sample bootstrap)" if unpaired else "Paired") + (
+        f": {pairing.reason}" if pairing.reason else ""
+    )
     parts = [
         f"<section><h2>Candidate {_data(result.name)}</h2>",
+        f'<p class="note">{escape(design)}</p>',
         _cards(
             [
+                *([("baseline scored", f"{result.baseline.summary.scored:,}")] if unpaired else []),
                 ("queries paired", f"{pairing.paired:,}"),
                 ("only in the baseline", f"{pairing.baseline_only:,}"),
                 ("only in the candidate", f"{pairing.candidate_only:,}"),
@@ -834,19 +903,22 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
         _cells_table(f"{ident}-cells", result.cells),
         "<h3>Deltas with 95% intervals</h3>",
         _forest(result, ident),
-        "<h3>Per-query wins, ties and losses</h3>",
-        split_bars(
-            f"{ident}-split",
-            f"Queries the candidate {name} won, tied and lost, per metric (all queries)",
-            [
-                Split(str(cell.metric), cell.wins, cell.ties, cell.losses)
-                for cell in result.cells
-                if cell.segment is None
-            ],
-        ),
-        "<h3>Queries that moved most</h3>",
-        _moved(result, ident),
     ]
+    if not unpaired:  # no query is on both sides: nothing won, lost or moved
+        parts += [
+            "<h3>Per-query wins, ties and losses</h3>",
+            split_bars(
+                f"{ident}-split",
+                f"Queries the candidate {name} won, tied and lost, per metric (all queries)",
+                [
+                    Split(str(cell.metric), cell.wins or 0, cell.ties or 0, cell.losses or 0)
+                    for cell in result.cells
+                    if cell.segment is None
+                ],
+            ),
+            "<h3>Queries that moved most</h3>",
+            _moved(result, ident),
+        ]
     if result.gate_failures:
         items = "".join(f"<li>{_gate_html(o)}</li>" for o in result.gate_failures)
         parts.append(f"<h3>Gates the candidate missed</h3><ul>{items}</ul>")
@@ -854,13 +926,19 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
         ("baseline", pairing.baseline_only, pairing.baseline_only_ids),
         ("candidate", pairing.candidate_only, pairing.candidate_only_ids),
     ):
-        if count:
+        if count and not unpaired:
             listed = ", ".join(_clipped(query_id) for query_id in ids) + (
                 f", … ({count - len(ids):,} more)" if count > len(ids) else ""
             )
             parts.append(f'<p class="note">Only in the {side}: <code>{listed}</code></p>')
     parts.append("</section>")
     return "".join(parts)
+
+
+def _win_tie_loss(cell: Cell) -> str:
+    if cell.wins is None or cell.ties is None or cell.losses is None:
+        return win_tie_loss(cell)
+    return f"{cell.wins:,}/{cell.ties:,}/{cell.losses:,}"
 
 
 def _cells_table(ident: str, cells: Sequence[Cell]) -> str:
@@ -883,7 +961,7 @@ def _cells_table(ident: str, cells: Sequence[Cell]) -> str:
             + f'<td class="num">[{cell.interval[0]:+.4f}, {cell.interval[1]:+.4f}]</td>'
             + _td_num(cell.p_adjusted, text=format_p(cell.p_adjusted))
             + _td_num(cell.effect_size, 2)
-            + f'<td class="num">{cell.wins:,}/{cell.ties:,}/{cell.losses:,}</td>'
+            + f'<td class="num">{_win_tie_loss(cell)}</td>'
             + _td(marker, f"value {cell.flag or ''}")
             + "</tr>"
         )

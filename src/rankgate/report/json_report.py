@@ -52,6 +52,8 @@ def eval_report(
             "min_coverage": policy.min_coverage,
             "seed": settings.seed,
             "resamples": settings.resamples,
+            "missing_trace": settings.missing_trace,
+            "served_k": settings.served_k,
         },
         "summary": {
             "read": summary.read,
@@ -64,6 +66,22 @@ def eval_report(
             "labels_removed_stale": summary.labels_removed_stale,
             "labels_removed_expired": summary.labels_removed_expired,
             "lost_all_relevant": summary.lost_all_relevant,
+            "query_set": summary.query_set,
+            "expected_queries": summary.expected_queries,
+            "missing_trace": summary.missing_trace,
+            "missing_examples": list(summary.missing_examples),
+            "missing_scored": summary.missing_scored,
+            "in_means": summary.in_means,
+            "outside_set": summary.outside_set,
+            "served_depth": (
+                None
+                if summary.served_depth is None
+                else {
+                    "queries": summary.served_depth.queries,
+                    "median": summary.served_depth.median,
+                    "p10": summary.served_depth.p10,
+                }
+            ),
         },
         "metrics": {str(spec): _number(mean) for spec, mean in evaluation.means.items()},
         "intervals": {str(spec): _bounds(bounds) for spec, bounds in evaluation.intervals.items()},
@@ -171,6 +189,7 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
             "margin": significance.margin,
             "confidence": 0.95,
             "interval": "bca",
+            "pairing": comparison.pairing,
             "seed": settings.seed,
             "resamples": settings.resamples,
             "relevance_threshold": settings.relevance_threshold,
@@ -208,6 +227,12 @@ def _candidate(result: CandidateResult) -> dict[str, Any]:
             "candidate_only": pairing.candidate_only,
             "baseline_only_examples": list(pairing.baseline_only_ids),
             "candidate_only_examples": list(pairing.candidate_only_ids),
+        },
+        "design": {
+            "design": pairing.design,
+            "requested": pairing.requested,
+            "shared_share": pairing.shared_share,
+            "reason": pairing.reason,
         },
         "scored": summary.scored,
         "skipped": dict(summary.skipped),

@@ -121,10 +121,17 @@ def _coverage_case(suite: ET.Element, classname: str, check: CoverageOutcome) ->
 
 def _cell_case(suite: ET.Element, result: CandidateResult, cell: Cell) -> None:
     case = _case(suite, f"{result.name} {cell.group}", f"{cell.metric} no regression")
+    if cell.design == "unpaired":
+        queries = (
+            f"unpaired: {counted(cell.baseline_queries or 0, 'baseline query', 'baseline queries')}, "
+            f"{counted(cell.candidate_queries or 0, 'candidate query', 'candidate queries')} ({result.pairing.reason})"
+        )
+    else:
+        queries = counted(cell.queries, "query")
     detail = (
         f"{cell.metric} {cell.baseline_mean:.4f} -> {cell.candidate_mean:.4f}, delta "
         f"{cell.delta:+.4f} [{cell.interval[0]:+.4f}, {cell.interval[1]:+.4f}], p adj "
-        f"{format_p(cell.p_adjusted)}, {counted(cell.queries, 'query')}"
+        f"{format_p(cell.p_adjusted)}, {queries}"
     )
     if cell.flag == "regression":
         _failure(case, detail, "regression")

@@ -14,10 +14,14 @@ from rankgate.compare import CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.report.console import (
     CORRECTION_NAMES,
-    TEST_NAMES,
     counted,
+    depth_text,
     eval_verdict_text,
     format_p,
+    query_set_lines,
+    shown_query_id,
+    test_names,
+    win_tie_loss,
 )
 from rankgate.report.numbers import format_against, format_threshold
 
@@ -42,7 +46,7 @@ def render_comparison_markdown(comparison: Comparison) -> str:
         "",
         f"**{'PASS' if comparison.passed else 'FAIL'}** · regressions: "
         f"{len(comparison.regressions)}, improvements: {len(comparison.improvements)}, cells: "
-        f"{len(comparison.cells)} · {TEST_NAMES[significance.test]}, "
+        f"{len(comparison.cells)} · {test_names(comparison)}, "
         f"{CORRECTION_NAMES[significance.correction]} correction, alpha {significance.alpha:g}, "
         f"margin {significance.margin:g}",
     ]
@@ -56,12 +60,24 @@ def render_comparison_markdown(comparison: Comparison) -> str:
 def _candidate(result: CandidateResult) -> list[str]:
     pairing = result.pairing
     summary = result.candidate.summary
+    if pairing.design == "unpaired":
+        counts = (
+            f"Unpaired (Welch's t-test, two-sample bootstrap): {escape_markdown(pairing.reason)}. "
+            f"Baseline {result.baseline.summary.scored:,} scored, candidate {summary.scored:,} "
+            f"scored, {sum(summary.skipped.values()):,} skipped."
+        )
+    else:
+        counts = (
+            f"{counted(pairing.paired, 'query')} paired ({pairing.baseline_only:,} only in the "
+            f"baseline, {pairing.candidate_only:,} only in the candidate); {summary.scored:,} "
+            f"scored, {sum(summary.skipped.values()):,} skipped."
+        )
+        if pairing.reason:
+            counts += f" Paired: {escape_markdown(pairing.reason)}."
     lines = [
         f"#### candidate `{_code(result.name)}`",
         "",
-        f"{counted(pairing.paired, 'query')} paired ({pairing.baseline_only:,} only in the "
-        f"baseline, {pairing.candidate_only:,} only in the candidate); {summary.scored:,} scored, "
-        f"{sum(summary.skipped.values()):,} skipped.",
+        counts,
         "",
         *_table([cell for cell in result.cells if cell.segment is None]),
     ]
@@ -104,7 +120,7 @@ def _table(cells: list[Cell]) -> list[str]:
             f"{cell.queries}{insufficient} | {cell.baseline_mean:.4f} | {cell.candidate_mean:.4f} "
             f"| {cell.delta:+.4f} | {relative} | [{cell.interval[0]:+.4f}, "
             f"{cell.interval[1]:+.4f}] | {escape_markdown(format_p(cell.p_adjusted))} | "
-            f"{cell.wins}/{cell.ties}/{cell.losses} | {_FLAGS.get(cell.flag or '', '')} |"
+            f"{win_tie_loss(cell)} | {_FLAGS.get(cell.flag or '', '')} |"
         )
     return rows
 
@@ -119,6 +135,27 @@ def _warnings(warnings: Sequence[str]) -> list[str]:
 def _code(text: str) -> str:
     """Text for inside a code span: backticks and line breaks cannot end or break it."""
     return " ".join(text.replace("`", "'").split())
+
+
+def _summary_notes(evaluation: Evaluation) -> list[str]:
+    """The query set (with the first queries without a trace) and the served depth, as list
+    items; query IDs are data, so each is escaped."""
+    notes = [
+        f"- {escape_markdown(line)}"
+        for line in query_set_lines(evaluation)
+        if not line.startswith("missing_trace, first")
+    ]
+    summary = evaluation.summary
+    if summary.missing_examples:
+        listed = ", ".join(f"`{_code(shown_query_id(q))}`" for q in summary.missing_examples)
+        notes.append(
+            f"- missing_trace, first {len(summary.missing_examples)} of "
+            f"{summary.missing_trace:,}: {listed}"
+        )
+    depth = depth_text(summary, evaluation.settings.served_k)
+    if depth is not None:
+        notes.append(f"- {escape_markdown(depth)}")
+    return [*notes, ""] if notes else []
 
 
 def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
@@ -137,6 +174,7 @@ def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
         + ")"
         + ("" if summary.coverage is None else f" · annotation coverage {summary.coverage:.1%}"),
         "",
+        *_summary_notes(evaluation),
         *_warnings(evaluation.warnings),
     ]
     gated = sorted(

@@ -298,12 +298,6 @@ class Backend:
     # The column that names a trace for ``read_keys``: SQLite's rowid, PostgreSQL's seq.
     _key = "t.seq"
 
-    def stream_blocks(
-        self, sql: str, params: Sequence[Any], size: int
-    ) -> Iterator[list[tuple[Any, ...]]]:
-        """Rows of a query as tuples, ``size`` at a time (text may arrive as bytes)."""
-        raise NotImplementedError
-
     def read_keys(self, keys: Sequence[int]) -> dict[int, dict[str, Any]]:
         """The undecoded rows of ``read`` for these trace keys (see ``decode``), by key; a key no
         longer stored is absent."""
@@ -388,7 +382,9 @@ _SQLITE_LOCK_CODES = frozenset({5, 6})
 _SQLITE_UNAVAILABLE_CODES = frozenset({8, 10, 13, 14})
 
 
-def _sqlite_problem(name: str, problem: Exception, lock_wait: float, doing: str = "") -> StoreError:
+def _sqlite_problem(
+    name: str, problem: BaseException, lock_wait: float, doing: str = ""
+) -> StoreError:
     """A driver error as a one-line ``StoreError`` naming the store; a lock or a file that cannot
     take writes now is ``StoreUnavailable``."""
     code = getattr(problem, "sqlite_errorcode", None)
@@ -403,6 +399,15 @@ def _sqlite_problem(name: str, problem: Exception, lock_wait: float, doing: str 
     return StoreError(f"{name}: {doing}{text}")
 
 
+# SQLite's JSON writes a REAL with 15 significant digits, which does not always give the stored
+# double back; 17 digits do (the columnar read, through ADBC, reads the double itself). Infinity,
+# which no JSON number can hold, stays as SQLite writes it, and the decoder refuses it.
+_EXACT_GRADE = (
+    "CASE WHEN typeof(grade) = 'real' AND abs(grade) <= 1.7976931348623157e308 "
+    "THEN json(printf('%!.17g', grade)) ELSE grade END"
+)
+
+
 class SQLiteBackend(Backend):
     dialect = "sqlite"
     _arrival = "t.recorded_at, t.rowid"  # rowid: SQLite's own insertion counter
@@ -410,6 +415,7 @@ class SQLiteBackend(Backend):
 
     def __init__(self, url: str, path: Path, *, read_only: bool, lock_wait: float) -> None:
         super().__init__(url, lock_wait)
+        self.path = path
         try:
             if read_only:
                 if not path.is_file():
@@ -518,7 +524,7 @@ class SQLiteBackend(Backend):
 
     def _labels_join(self) -> tuple[str, str]:
         return "l.grades, l.stamps", (
-            "LEFT JOIN (SELECT query_id, json_group_object(document_id, grade) AS grades, "
+            f"LEFT JOIN (SELECT query_id, json_group_object(document_id, {_EXACT_GRADE}) AS grades, "
             "json_group_object(document_id, labeled_at) AS stamps "
             "FROM rankgate_labels GROUP BY query_id) l ON l.query_id = t.query_id"
         )
@@ -532,7 +538,7 @@ class SQLiteBackend(Backend):
                 "FROM rankgate_labels WHERE query_id = t.query_id)"
             )
 
-        return f"{aggregate('grade')} AS grades, {aggregate('labeled_at')} AS stamps", ""
+        return f"{aggregate(_EXACT_GRADE)} AS grades, {aggregate('labeled_at')} AS stamps", ""
 
     def _stream(self, sql: str, params: Sequence[Any] | dict[str, Any]) -> Iterator[dict[str, Any]]:
         try:
@@ -549,27 +555,6 @@ class SQLiteBackend(Backend):
                 return
             for values in rows:
                 yield dict(zip(names, values, strict=True))
-
-    def stream_blocks(
-        self, sql: str, params: Sequence[Any], size: int
-    ) -> Iterator[list[tuple[Any, ...]]]:
-        # Text as bytes: the lines go to the scanner as bytes, which checks their UTF-8 itself.
-        self.connection.text_factory = bytes
-        try:
-            try:
-                cursor = self.connection.execute(sql, params)
-            except (sqlite3.Error, OverflowError) as problem:
-                raise self._problem(problem, "query failed: ") from None
-            while True:
-                try:
-                    rows = cursor.fetchmany(size)
-                except (sqlite3.Error, OverflowError) as problem:
-                    raise self._problem(problem, "query failed: ") from None
-                if not rows:
-                    return
-                yield rows
-        finally:
-            self.connection.text_factory = str
 
     def _decode_trace(self, row: dict[str, Any]) -> dict[str, Any]:
         where = f"{self.name}: trace {row['trace_id']!r}"
@@ -755,28 +740,6 @@ class PostgresBackend(Backend):
                     cursor.close()
         # Reads end in a rollback: nothing a read-only session still managed to do (a large
         # object, say) outlives it.
-        self.connection.rollback()
-
-    def stream_blocks(
-        self, sql: str, params: Sequence[Any], size: int
-    ) -> Iterator[list[tuple[Any, ...]]]:
-        self._cursors += 1
-        cursor = self.connection.cursor(name=f"rankgate_read_{self._cursors}")
-        cursor.itersize = size
-        try:
-            cursor.execute(sql, params or None)
-            while True:
-                rows = cursor.fetchmany(size)
-                if not rows:
-                    break
-                yield rows
-        except self._psycopg.Error as problem:
-            self._rollback_quietly()
-            raise self._problem(problem, "query failed: ") from None
-        finally:
-            if not cursor.closed:
-                with contextlib.suppress(self._psycopg.Error):
-                    cursor.close()
         self.connection.rollback()
 
     def _decode_trace(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -1,132 +1,493 @@
-"""A store window as Arrow columns, with no Python object per document ID.
+"""A store window as Arrow columns, read through ADBC, with no Python object per ID.
 
-The database itself writes each trace as one line of JSON: the object the record path builds from
-the row (``backends._record``: the attributes first, the store's own columns over them, the query's
-labels as ``relevance_scores``). The compiled JSON Lines scanner (``io/jsonl_arrow.py``) turns a
-block of such lines into the columnar path's Arrow columns, the way it reads a JSON Lines file.
+The columnar read of a store has three parts, each done where it is cheapest:
 
-A row the database cannot vouch for (stored JSON that does not parse, a value of an unexpected
-type) becomes the line ``!``, which the scanner flags slow like any line it is unsure of. Slow rows
-are read again by their key through the record path (``StoreSource.reread``), so their value or
+* **The ranking.** PostgreSQL sends ``retrieved_ids`` (``TEXT[]``) in the binary COPY format, and
+  the ADBC driver decodes it into an Arrow ``list<string>`` in C: no text rendering on the server
+  (``to_json`` of a hundred IDs per row cost more than everything else together) and no JSON to
+  parse. SQLite keeps the ranking as JSON text, which stays in the line below.
+* **Everything else of the record** (attributes, the store's own columns over them): the database
+  writes one short JSON line per trace, in the order ``backends._record`` builds the record, and
+  the compiled JSON Lines scanner (``io/jsonl_arrow.py``) decodes the block of lines in bulk, as it
+  reads a file. The lines arrive as one Arrow string column whose data buffer, each line ending in
+  a newline, is handed to the scanner as it is.
+* **The labels** (the newest judgment per query and document, which the table's key guarantees)
+  are read once, grouped by query into a ``map<string, float64>`` column, and joined to each block
+  of traces by query ID: a vectorised hash of the IDs, a binary search, and an exact comparison of
+  the matched IDs. A query without labels in the table keeps the ``relevance_scores`` of its
+  attributes, as the record does.
+
+A row the database cannot vouch for (SQLite JSON that does not parse or holds a line break, a value
+of an unexpected type, a PostgreSQL time with a year outside 1000-9999, a ranking with more than one
+dimension) becomes the line ``!``, which the scanner flags slow like any line it is unsure of. Slow
+rows are read again by key through the record path (``StoreSource.reread``), so their value or
 message is the record path's to the letter.
 
-Only the SQL differs between the dialects: SQLite keeps lists and attributes as JSON text, which is
-checked with ``json_valid`` and spliced; PostgreSQL renders its arrays and JSONB with ``to_json``.
+ADBC's PostgreSQL driver streams a result through COPY only when the query binds no parameters, so
+the window's ends and variants reach the query as settings of the session (``set_config``, itself
+bound), read back by ``current_setting``: values are never spliced into the SQL.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from rankgate.io.validate import FieldMap
-from rankgate.store.backends import FETCH_ROWS, Backend, Window
+from rankgate.store.backends import StoreError, StoreUnavailable, Window, _sqlite_problem
+from rankgate.store.urls import describe_error
+from rankgate.times import format_time
 
-__all__ = ["LINE_FIELDS", "LineBlock", "StoreColumns", "line_blocks", "parse_lines"]
+__all__ = [
+    "LabelGroups",
+    "StoreColumns",
+    "StoreReader",
+    "available",
+    "parse_lines",
+]
 
-#: The record keys a line carries besides the attributes; any other requested name is looked up
-#: in the attributes, as ``lookup_path`` does on the record. ``labeled_at`` is left out: only the
-#: stale-label filter reads it, and that filter keeps to the record path.
-LINE_FIELDS = ("trace_id", "query_id", "timestamp", "variant", "relevance_scores", "retrieved_ids")
 _UNSURE = "!"  # not JSON: the scanner flags the row slow
+#: Rows per ADBC batch from SQLite (its driver's default is 1024), and the byte size PostgreSQL's
+#: driver aims a batch at: about a chunk of the columnar path either way.
+_SQLITE_BATCH_ROWS = 32_768
+_POSTGRES_BATCH_BYTES = 64 << 20
 
 # SQLite: every column must hold the type the record path expects, and the JSON text must be
 # valid on its own, so that splicing it cannot change what the line means (a damaged list such as
-# '["a"],"query_id":"x"' would otherwise override a key). The ranking goes last: printf builds the
-# line in one allocation, and nothing after the list can be reinterpreted.
-_SQLITE_LINE = """coalesce(CASE WHEN typeof(t.trace_id) = 'text' AND typeof(t.query_id) = 'text'
+# '["a"],"query_id":"x"' would otherwise override a key). Valid JSON is spliced as written: the
+# attributes' object without its braces (whitespace between tokens is the scanner's to skip), the
+# ranking last, where nothing after it can be reinterpreted. Text with a line break would split
+# the line: such a row goes to the validator whole, as does any row of unexpected types.
+_SQLITE_SPACE = "' ' || char(9, 13)"
+_SQLITE_OBJECT = f"trim(t.attributes, {_SQLITE_SPACE})"
+_SQLITE_INSIDE = f"substr({_SQLITE_OBJECT}, 2, length({_SQLITE_OBJECT}) - 2)"
+_SQLITE_LINE = (
+    """coalesce(CASE WHEN typeof(t.trace_id) = 'text' AND typeof(t.query_id) = 'text'
  AND typeof(t.recorded_at) = 'text' AND (t.variant IS NULL OR typeof(t.variant) = 'text')
  AND typeof(t.retrieved_ids) = 'text' AND json_valid(t.retrieved_ids)
+ AND instr(t.retrieved_ids, char(10)) = 0
  AND (t.attributes IS NULL OR t.attributes = ''
-      OR (typeof(t.attributes) = 'text' AND json_valid(t.attributes)))
- AND (l.grades IS NULL OR json_valid(l.grades))
-THEN printf('{%s"trace_id":%s,"query_id":%s,"timestamp":%s%s%s,"retrieved_ids":%s}',
- CASE WHEN t.attributes IS NULL OR t.attributes = '' THEN ''
-      WHEN json_type(t.attributes) <> 'object' OR json(t.attributes) = '{}' THEN ''
-      ELSE substr(json(t.attributes), 2, length(json(t.attributes)) - 2) || ',' END,
- json_quote(t.trace_id), json_quote(t.query_id), json_quote(t.recorded_at),
- coalesce(',"variant":' || json_quote(t.variant), ''),
- coalesce(',"relevance_scores":' || l.grades, ''),
- t.retrieved_ids) END, '!')"""
-
-_SQLITE_LABELS = (
-    "LEFT JOIN (SELECT query_id, json_group_object(document_id, grade) AS grades "
-    "FROM rankgate_labels GROUP BY query_id) l ON l.query_id = t.query_id"
+      OR (typeof(t.attributes) = 'text' AND json_valid(t.attributes)
+          AND instr(t.attributes, char(10)) = 0))
+THEN '{{' || CASE WHEN t.attributes IS NULL OR substr(OBJECT, 1, 1) <> '{{'
+      OR trim(INSIDE, SPACE) = '' THEN '' ELSE INSIDE || ',' END
+ || '"query_id":' || json_quote(t.query_id) || {trace_id} || {timestamp} || {variant}
+ || ',"retrieved_ids":' || t.retrieved_ids || '}}' END, '!') || char(10)""".replace(
+        "OBJECT", _SQLITE_OBJECT
+    )
+    .replace("INSIDE", _SQLITE_INSIDE.replace("{", "{{").replace("}", "}}"))
+    .replace("SPACE", _SQLITE_SPACE)
 )
+# The store's columns other than the query ID and the ranking, each in the line only when a field
+# or segment reads it by name (the scanner looks at nothing else, and rendering costs time).
+_SQLITE_CARRIED = {
+    "trace_id": "',\"trace_id\":' || json_quote(t.trace_id)",
+    "timestamp": "',\"timestamp\":' || json_quote(t.recorded_at)",
+    "variant": "coalesce(',\"variant\":' || json_quote(t.variant), '')",
+}
 
-# PostgreSQL: JSONB attributes render as an object's text; arrays and texts through to_json. Grades
-# are aggregated as json, not jsonb: json keeps float8's shortest exact digits, as psycopg's binary
-# float reaches the record path. format_time's text for the time, for years it can write.
+# PostgreSQL: JSONB attributes render as an object's text, texts through to_json; the ranking
+# travels as the array itself (``{ranking}`` is ``[]`` then, and the column replaces it).
+# format_time's text for the time, for years it can write.
 _POSTGRES_LINE = """CASE WHEN extract(year FROM t.recorded_at AT TIME ZONE 'UTC') BETWEEN 1000 AND 9999
+ AND coalesce(array_ndims(t.retrieved_ids), 1) = 1
 THEN concat(
  CASE WHEN t.attributes IS NULL OR jsonb_typeof(t.attributes) <> 'object'
-      OR t.attributes = '{}'::jsonb THEN '{'
+      OR t.attributes = '{{}}'::jsonb THEN '{{'
       ELSE left(t.attributes::text, -1) || ',' END,
- '"trace_id":', to_json(t.trace_id)::text,
- ',"query_id":', to_json(t.query_id)::text,
- ',"timestamp":"',
- to_char(t.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), '"',
- ',"variant":' || to_json(t.variant)::text,
- ',"relevance_scores":' || l.grades::text,
- ',"retrieved_ids":', to_json(t.retrieved_ids)::text, '}')
-ELSE '!' END"""
+ '"query_id":', to_json(t.query_id)::text, {trace_id}, {timestamp}, {variant},
+ ',"retrieved_ids":', {ranking}, '}}', chr(10))
+ELSE '!' || chr(10) END"""
+_POSTGRES_CARRIED = {
+    "trace_id": "',\"trace_id\":' || to_json(t.trace_id)::text",
+    "timestamp": '\',"timestamp":"\' || '
+    "to_char(t.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') || '\"'",
+    "variant": "',\"variant\":' || to_json(t.variant)::text",
+}
 
-_POSTGRES_LABELS = (
-    "LEFT JOIN LATERAL (SELECT json_object_agg(document_id, grade) AS grades "
-    "FROM rankgate_labels WHERE query_id = t.query_id) l ON true"
+# Labels of the right types only (a hand-edited SQLite table may hold others); a grade that is not
+# a number is a null, which sends the rows of its query to the validator.
+_SQLITE_LABELS = (
+    "SELECT query_id, CAST(document_id AS TEXT) AS document_id, "
+    "CASE WHEN typeof(grade) IN ('real', 'integer') THEN CAST(grade AS REAL) END AS grade "
+    "FROM rankgate_labels WHERE typeof(query_id) = 'text' AND document_id IS NOT NULL"
 )
+_POSTGRES_LABELS = "SELECT query_id, document_id, grade FROM rankgate_labels"
 
 
-class LineBlock:
-    """Consecutive rows of a window: each row's key (SQLite's rowid, PostgreSQL's seq), its query
-    ID when asked for (for sampling), and its line."""
+def available(dialect: str) -> bool:
+    """Whether the ADBC driver of this dialect is installed (``rankgate[postgres]`` brings
+    PostgreSQL's; SQLite's is a dependency of rankgate)."""
+    try:
+        if dialect == "sqlite":
+            import adbc_driver_sqlite  # noqa: F401
+        else:
+            import adbc_driver_postgresql  # type: ignore[import-untyped]  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
-    __slots__ = ("keys", "lines", "query_ids")
 
-    def __init__(self, keys: list[int], query_ids: list[Any] | None, lines: list[bytes]) -> None:
-        self.keys = keys
-        self.query_ids = query_ids
-        self.lines = lines
+@dataclass(frozen=True, slots=True)
+class LabelGroups:
+    """The labels table grouped by query: ``query_ids[i]`` has the labels ``grades[i]``; ``hashes``
+    holds the query IDs' hashes sorted, ``order`` the group of each sorted hash."""
+
+    query_ids: Any  # pa.LargeStringArray
+    grades: Any  # pa.MapArray, map<large_string, float64>
+    hashes: npt.NDArray[np.uint64]
+    order: npt.NDArray[np.int64]
+
+    def table(self) -> Any:
+        """The labels as an Arrow table: ``query_id`` and ``relevance_scores``."""
+        import pyarrow as pa
+
+        return pa.table({"query_id": self.query_ids, "relevance_scores": self.grades})
+
+    def lookup(self, query_ids: Any) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """For each query ID, its group (-1 without labels), and which IDs could not be told
+        apart from another by their hash (the caller leaves those rows to the validator)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        count = len(query_ids)
+        groups = np.full(count, -1, dtype=np.int64)
+        unsure = np.zeros(count, dtype=np.bool_)
+        if not len(self.hashes) or not count:
+            return groups, unsure
+        wanted = string_hashes(query_ids)
+        at = np.searchsorted(self.hashes, wanted)
+        at[at == len(self.hashes)] = 0
+        hit = self.hashes[at] == wanted
+        if query_ids.null_count:
+            hit &= np.asarray(query_ids.is_valid())
+        candidates = np.flatnonzero(hit)
+        if not len(candidates):
+            return groups, unsure
+        group = self.order[at[candidates]]
+        # The hash only finds a candidate; the IDs themselves must be equal.
+        same = pc.equal(query_ids.take(pa.array(candidates)), self.query_ids.take(pa.array(group)))
+        same_rows = np.asarray(same.fill_null(False))
+        groups[candidates[same_rows]] = group[same_rows]
+        # Another group may share the hash (a collision): such rows are not trusted either way.
+        unsure[candidates[~same_rows]] = True
+        return groups, unsure
 
 
-def line_blocks(backend: Backend, window: Window, *, query_ids: bool) -> Iterator[LineBlock]:
-    """The window's traces as JSON lines, in the record path's order, a block at a time."""
-    where, params = backend._window_where(window)
-    if backend.dialect == "sqlite":
-        key, line, join = "t.rowid", _SQLITE_LINE, _SQLITE_LABELS
+def string_hashes(strings: Any) -> npt.NDArray[np.uint64]:
+    """A 64-bit polynomial hash of each string's bytes (and length), computed over the Arrow
+    buffers at once; a null hashes like the empty string."""
+    import pyarrow as pa
+
+    if not pa.types.is_large_string(strings.type):
+        strings = strings.cast(pa.large_string())
+    count = len(strings)
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)[
+        strings.offset : strings.offset + count + 1
+    ]
+    lengths = np.diff(offsets).astype(np.uint64)
+    hashes = lengths * np.uint64(0x9E3779B97F4A7C15)
+    start, end = int(offsets[0]), int(offsets[-1])
+    if end == start:
+        return hashes
+    data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)[start:end].astype(np.uint64)
+    ends = offsets[1:] - start
+    owner = np.repeat(np.arange(count), lengths.astype(np.int64))
+    from_end = ends[owner] - 1 - np.arange(end - start)
+    longest = int(lengths.max())
+    powers = np.ones(longest, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        if longest > 1:
+            powers[1:] = np.uint64(1099511628211)
+            powers = np.cumprod(powers, dtype=np.uint64)
+        weighted = (data + np.uint64(1)) * powers[from_end]
+        present = np.flatnonzero(lengths)
+        hashes[present] += np.add.reduceat(weighted, (offsets[:-1] - start)[present])
+    return hashes
+
+
+class StoreReader:
+    """One window of a store read through ADBC on a read-only connection of its own.
+
+    ``labels()`` reads the labels table grouped by query; ``traces()`` then yields record batches
+    of ``key`` (SQLite's rowid, PostgreSQL's seq), ``query_id``, ``line`` (text, each ending in a
+    newline) and, for PostgreSQL, ``ranking`` (the stored array). Errors are ``StoreError`` lines
+    naming the store, its password masked.
+    """
+
+    def __init__(
+        self, url: str, name: str, dialect: str, path: Path | None, lock_wait: float
+    ) -> None:
+        self.url = url
+        self.name = name
+        self.dialect = dialect
+        self._lock_wait = lock_wait
+        self._database: Any = None
+        self._connection: Any = None
+        try:
+            # The drivers' low-level API: their DB-API layer imports pandas, polars and
+            # pyarrow.dataset when installed, a third of a second for nothing used here.
+            import adbc_driver_manager
+
+            self._errors: Any = adbc_driver_manager.Error
+            self._unavailable: Any = adbc_driver_manager.OperationalError
+            if dialect == "sqlite":
+                import adbc_driver_sqlite
+
+                assert path is not None
+                # mode=ro: the engine refuses writes; as_uri() percent-encodes the path.
+                uri = path.resolve().as_uri() + "?mode=ro"
+                self._database = adbc_driver_sqlite.connect(uri)
+            else:
+                import adbc_driver_postgresql
+
+                self._database = adbc_driver_postgresql.connect(url)
+            self._connection = adbc_driver_manager.AdbcConnection(self._database)
+            if dialect == "sqlite":
+                self._run(f"PRAGMA busy_timeout={max(int(lock_wait * 1000), 1)}")
+                self._run("PRAGMA query_only=ON")
+            else:
+                self._run("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        except self._errors_or_import() as problem:
+            self.close()
+            raise self._problem(problem, "cannot connect: ") from None
+
+    def _errors_or_import(self) -> tuple[type[BaseException], ...]:
+        errors: list[type[BaseException]] = [ImportError]
+        if hasattr(self, "_errors"):
+            errors.append(self._errors)
+        return tuple(errors)
+
+    def _problem(self, problem: BaseException, doing: str) -> StoreError:
+        text = describe_error(problem, self.url)
+        if isinstance(problem, ImportError):
+            return StoreError(f"{self.name}: {doing}{text}")
+        if isinstance(problem, self._unavailable) and self.dialect != "sqlite":
+            return StoreUnavailable(f"{self.name}: unavailable ({text})")
+        if self.dialect == "sqlite":
+            # The same words as the record path's (a lock, a file that cannot be read now).
+            return _sqlite_problem(self.name, problem, self._lock_wait, doing)
+        return StoreError(f"{self.name}: {doing}{text}")
+
+    def _query(self, sql: str, params: Sequence[Any] | None = None, **options: str) -> Any:
+        """Run ``sql``; its statement (to close) and a ``pyarrow.RecordBatchReader`` of its rows."""
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        statement = adbc_driver_manager.AdbcStatement(self._connection)
+        try:
+            statement.set_sql_query(sql)
+            if options:
+                statement.set_options(**options)
+            if params:
+                values = [pa.array([value]) for value in params]
+                statement.bind(pa.record_batch(values, names=[f"p{i}" for i in range(len(values))]))
+            stream, _ = statement.execute_query()
+            return statement, pa.RecordBatchReader._import_from_c(stream.address)
+        except BaseException:
+            statement.close()
+            raise
+
+    def _run(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        statement, reader = self._query(sql, params)
+        try:
+            reader.read_all()
+        finally:
+            statement.close()
+
+    def close(self) -> None:
+        for handle in (self._connection, self._database):
+            if handle is not None:
+                with contextlib.suppress(Exception):  # a broken connection closes anyway
+                    handle.close()
+        self._connection = self._database = None
+
+    # --- the window ---
+
+    def _where(self, window: Window) -> tuple[str, list[Any]]:
+        """The window's conditions and SQLite's bound values. PostgreSQL's values become
+        settings of the session, bound in ``set_config`` (see the module's docstring)."""
+        clauses = []
+        values: list[tuple[str, str]] = []
+        if window.since is not None:
+            values.append(("since", format_time(window.since)))
+            clauses.append(f"t.recorded_at >= {self._value('since', time=True)}")
+        if window.until is not None:
+            values.append(("until", format_time(window.until)))
+            clauses.append(f"t.recorded_at < {self._value('until', time=True)}")
+        if window.variants:
+            if self.dialect == "sqlite":
+                marks = ", ".join("?" * len(window.variants))
+                clauses.append(f"t.variant IN ({marks})")
+            else:
+                values.append(("variants", json.dumps(list(window.variants))))
+                clauses.append(
+                    "t.variant IN (SELECT jsonb_array_elements_text("
+                    f"{self._value('variants')}::jsonb))"
+                )
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        if self.dialect == "sqlite":
+            return where, [value for _, value in values] + list(window.variants)
+        for key, value in values:
+            try:
+                self._run(f"SELECT set_config('rankgate.{key}', $1, false)", (value,))
+            except (self._errors, OSError) as problem:
+                raise self._problem(problem, "query failed: ") from None
+        return where, []
+
+    def _value(self, key: str, *, time: bool = False) -> str:
+        if self.dialect == "sqlite":
+            return "?"
+        read = f"current_setting('rankgate.{key}')"
+        return f"{read}::timestamptz" if time else read
+
+    # --- reading ---
+
+    def labels(self, window: Window, *, narrow: bool = True) -> LabelGroups:
+        """The labels grouped by query: of the window's queries when ``narrow`` (worth it for
+        a window that holds a small part of the store), else all of them (a superset: labels of
+        queries outside the window are never looked up)."""
+        import pyarrow as pa
+
+        sql = _SQLITE_LABELS if self.dialect == "sqlite" else _POSTGRES_LABELS
+        bounded = window.since is not None or window.until is not None or bool(window.variants)
+        if narrow and bounded:
+            where, params = self._where(window)
+            sql += (
+                " AND" if self.dialect == "sqlite" else " WHERE"
+            ) + f" query_id IN (SELECT t.query_id FROM rankgate_traces t{where})"
+        else:
+            params = []
+        if self.dialect == "sqlite":
+            # Sorted here, in the order of SQLite's BINARY collation (bytes), in less time than
+            # SQLite takes to walk its index; the server sorts PostgreSQL's, in its collation.
+            import pyarrow.compute as pc
+
+            table = self._fetch_table(sql, params)
+            order = [("query_id", "ascending"), ("document_id", "ascending")]
+            table = table.take(pc.sort_indices(table, order))
+        else:
+            table = self._fetch_table(sql + " ORDER BY query_id, document_id", params)
+        query_ids = table.column(0).combine_chunks().cast(pa.large_string())
+        documents = table.column(1).combine_chunks().cast(pa.large_string())
+        grades = table.column(2).combine_chunks().cast(pa.float64())
+        return group_labels(query_ids, documents, grades)
+
+    def _fetch_table(self, sql: str, params: list[Any]) -> Any:
+        try:
+            statement, reader = self._query(sql, params)
+            try:
+                return reader.read_all()
+            finally:
+                statement.close()
+        except (self._errors, OSError) as problem:  # OSError: pyarrow's wrapping of a driver's
+            raise self._problem(problem, "query failed: ") from None
+
+    def traces(
+        self, window: Window, names: Sequence[str], *, binary_ranking: bool
+    ) -> Iterator[Any]:
+        """The window's traces in the record path's order, a record batch at a time; the lines
+        carry the attributes, the query ID and those of the store's other columns ``names``
+        holds."""
+        key = "t.rowid" if self.dialect == "sqlite" else "t.seq"
+        arrival = "t.recorded_at, t.rowid" if self.dialect == "sqlite" else "t.recorded_at, t.seq"
+        if self.dialect == "sqlite":
+            # The text of a query ID the line refuses (a number, say) is what sampling hashes.
+            line = _SQLITE_LINE.format(**_carried(_SQLITE_CARRIED, names))
+            columns = f"{key} AS key, CAST(t.query_id AS TEXT) AS query_id, {line} AS line"
+        else:
+            ranking = "'[]'" if binary_ranking else "to_json(t.retrieved_ids)::text"
+            line = _POSTGRES_LINE.format(ranking=ranking, **_carried(_POSTGRES_CARRIED, names))
+            columns = f"{key} AS key, t.query_id, {line} AS line"
+            if binary_ranking:
+                columns += ", t.retrieved_ids AS ranking"
+        where, params = self._where(window)
+        sql = f"SELECT {columns} FROM rankgate_traces t{where} ORDER BY {arrival}"
+        if self.dialect == "sqlite":
+            options = {"adbc.sqlite.query.batch_rows": str(_SQLITE_BATCH_ROWS)}
+        else:
+            options = {"adbc.postgresql.batch_size_hint_bytes": str(_POSTGRES_BATCH_BYTES)}
+        statement = None
+        try:
+            statement, reader = self._query(sql, params, **options)
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                if batch.num_rows:
+                    yield batch
+        except (self._errors, OSError) as problem:  # OSError: pyarrow's wrapping, mid-stream
+            raise self._problem(problem, "query failed: ") from None
+        finally:
+            if statement is not None:
+                statement.close()
+
+
+def _carried(columns: dict[str, str], names: Sequence[str]) -> dict[str, str]:
+    return {name: text if name in names else "''" for name, text in columns.items()}
+
+
+def group_labels(query_ids: Any, documents: Any, grades: Any) -> LabelGroups:
+    """Label rows sorted by query ID as one map per query."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    count = len(query_ids)
+    if count:
+        changes = np.asarray(pc.not_equal(query_ids.slice(1), query_ids.slice(0, count - 1)))
+        starts = np.concatenate([[0], np.flatnonzero(changes) + 1]).astype(np.int64)
     else:
-        key, line, join = "t.seq", _POSTGRES_LINE, _POSTGRES_LABELS
-    sql = (
-        f"SELECT {key}, {'t.query_id' if query_ids else 'NULL'}, {line} "
-        f"FROM rankgate_traces t {join}{where} ORDER BY {backend._arrival}"
-    )
-    for rows in backend.stream_blocks(sql, params, FETCH_ROWS):
-        keys = [row[0] for row in rows]
-        ids = [row[1] for row in rows] if query_ids else None
-        texts = [row[2] for row in rows]
-        # SQLite hands bytes (see stream_blocks); psycopg decodes text.
-        lines = [text.encode() for text in texts] if texts and isinstance(texts[0], str) else texts
-        yield LineBlock(keys, ids, lines)
+        starts = np.zeros(0, dtype=np.int64)
+    offsets = np.append(starts, count).astype(np.int32)
+    unique = query_ids.take(pa.array(starts))
+    maps = pa.MapArray.from_arrays(pa.array(offsets), documents, grades)
+    hashes = string_hashes(unique)
+    order = np.argsort(hashes, kind="stable").astype(np.int64)
+    return LabelGroups(unique, maps, hashes[order], order)
+
+
+def line_data(lines: Any) -> Any:
+    """The bytes of an Arrow string column of newline-ended lines, as one buffer (no copy)."""
+    import pyarrow as pa
+
+    width: Any = np.int64 if pa.types.is_large_string(lines.type) else np.int32
+    offsets = np.frombuffer(lines.buffers()[1], dtype=width)[
+        lines.offset : lines.offset + len(lines) + 1
+    ]
+    start, end = int(offsets[0]), int(offsets[-1])
+    buffer = lines.buffers()[2]
+    if buffer is None or end == start:
+        return b""
+    return memoryview(buffer)[start:end]
 
 
 def parse_lines(
-    lines: Sequence[bytes], fields: FieldMap, segment_names: Sequence[str], first_line: int
+    lines: Any, fields: FieldMap, segment_names: Sequence[str], first_line: int
 ) -> tuple[Any, npt.NDArray[np.bool_]]:
-    """The scanner's columns of these lines and which rows it left to the validator."""
+    """The scanner's columns of these newline-ended lines (an Arrow string column) and which
+    rows it left to the validator."""
     from rankgate.io import jsonl_arrow
 
-    data = b"\n".join(lines)
-    if data.count(b"\n") != len(lines) - 1:
-        # A line break inside stored JSON (legal between tokens, SQLite keeps the text as written)
-        # would split a row in two: such rows go to the validator whole.
-        lines = [line if b"\n" not in line else _UNSURE.encode() for line in lines]
-        data = b"\n".join(lines)
     keys = (fields.query_id, fields.retrieved_ids, fields.relevant_ids, fields.relevance_scores)
-    parsed = jsonl_arrow.parse_chunk(data, keys, tuple(segment_names), first_line)
-    if len(parsed) != len(lines):  # cannot happen: every line is non-blank
+    parsed = jsonl_arrow.parse_chunk(line_data(lines), keys, tuple(segment_names), first_line)
+    if len(parsed) != len(lines):
+        # A line break inside a line (the SQL lets none through that it can see) split a row:
+        # rows holding one go to the validator whole.
+        texts = [
+            text if text is not None and text.count("\n") == 1 else _UNSURE + "\n"
+            for text in lines.to_pylist()
+        ]
+        data = "".join(texts).encode()
+        parsed = jsonl_arrow.parse_chunk(data, keys, tuple(segment_names), first_line)
+    if len(parsed) != len(lines):  # cannot happen: every line is now one non-blank line
         raise RuntimeError("the store's lines and the scanner's rows disagree")
     return parsed.table, parsed.slow.copy()
 

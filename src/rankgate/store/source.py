@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.errors import InputError, Location, UsageError
+from rankgate.io.columnar import prefetched
 from rankgate.io.tables import BATCH_ROWS, ArrowSource
 from rankgate.io.validate import FieldMap, RawRecord, lookup_path
 from rankgate.store.backends import Window, connect, redact_url
@@ -108,93 +110,218 @@ class StoreSource(ArrowSource):
     def schema(self) -> Any:
         """What the columnar path may ask ``batches`` for, or None when only records will do: a
         user's own query (its columns are anyone's guess), and a sample of a query ID that lives in
-        the attributes. Without the compiled scanner the record path reads everything too."""
+        the attributes. Without the compiled scanner or the store's ADBC driver the record path
+        reads everything too."""
         from rankgate.io import jsonl_arrow
-        from rankgate.store.columns import StoreColumns
+        from rankgate.store.columns import StoreColumns, available
 
         if self.sql is not None or not jsonl_arrow.available():
+            return None
+        if not available(self._backend.dialect):
             return None
         if self.sample is not None and self.fields.query_id != "query_id":
             return None
         return StoreColumns(self.fields)
 
+    def labels(self) -> Any:
+        """The labels of the window's queries as an Arrow table: ``query_id`` (string) and
+        ``relevance_scores`` (``map<string, float64>``), one row per labeled query."""
+        return self._label_groups().table()
+
+    def expected_queries(self) -> tuple[str, Any] | None:
+        """The query set the read is expected to cover, as a label table, or None when the read
+        defines none.
+
+        A store's labels are for all time, while its traces are for the moments queries were
+        asked: a labeled query with no trace in a day's window was most often just not asked that
+        day. So a time window (``--since``/``--until``) or a user's own ``--sql`` defines no query
+        set, and only an explicit ``--queries`` set names queries as missing there. Without a
+        time window every labeled query is expected (per variant under ``--variant``); under
+        ``--sample``, every labeled query the same seeded sample keeps.
+        """
+        import pyarrow as pa
+
+        if self.sql is not None or self.window.since is not None or self.window.until is not None:
+            return None
+        from rankgate.store.columns import available
+
+        if available(self._backend.dialect):
+            table = self._label_groups(narrow=False).table()
+        else:
+            from rankgate.labels import label_table
+
+            table = label_table(self._url)
+        if self.sample is not None and table.num_rows:
+            keep = [
+                sampled(query_id, self.sample, self.seed)
+                for query_id in table.column("query_id").to_pylist()
+            ]
+            table = table.filter(pa.array(keep, pa.bool_()))
+        return f"labels of {self.name}", table
+
+    def _label_groups(self, narrow: bool = True) -> Any:
+        reader = self._reader()
+        try:
+            return reader.labels(self.window, narrow=narrow)
+        finally:
+            reader.close()
+
+    def _narrow_labels(self) -> bool:
+        """Whether to read only the labels of the window's queries: it costs a second pass over
+        the window's traces, worth it when the window holds under half of the store."""
+        window = self.window
+        if window.since is None and window.until is None and not window.variants:
+            return False
+        return (self.total or 0) * 2 < self._backend.count(Window())
+
+    def _reader(self) -> Any:
+        from rankgate.store.columns import StoreReader
+
+        backend = self._backend
+        return StoreReader(
+            self._url,
+            self.name,
+            backend.dialect,
+            getattr(backend, "path", None),
+            backend.lock_wait,
+        )
+
     def batches(self, rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[Any]:
         """The window as record batches of ``columns`` (trace fields with the scanner's types,
         anything else as text, as ``segment_value`` gives it); a row the scanner is unsure of has
         a null ranking, which sends it to the validator through ``reread``."""
-        from rankgate.store.columns import line_blocks
+        import pyarrow as pa
 
-        paths = self.fields.paths()
+        fields = self.fields
+        paths = fields.paths()
         wanted = list(dict.fromkeys(columns if columns is not None else paths))
         segments = [name for name in wanted if name not in paths]
-        # A name a line does not carry (labeled_at): every row goes to the validator.
-        unsure = "labeled_at" in wanted
+        others = [fields.query_id, fields.relevant_ids, fields.relevance_scores, *segments]
+        # The ranking travels as PostgreSQL's array when only the ranking's role reads it.
+        binary = (
+            self._backend.dialect != "sqlite"
+            and fields.retrieved_ids == "retrieved_ids"
+            and "retrieved_ids" not in others
+        )
+        # The record's ``relevance_scores`` are the table's labels over the attributes' own; read
+        # in any other role (or ``labeled_at``, which lines do not carry) every row goes to the
+        # validator.
+        label_roles = [name for name in [*paths, *segments] if name == "relevance_scores"]
+        unsure = (
+            "labeled_at" in wanted
+            or (bool(label_roles) and fields.relevance_scores != "relevance_scores")
+            or len(label_roles) > 1
+        )
+        join_labels = fields.relevance_scores == "relevance_scores" and not unsure
         scanned = [*paths, *segments]
         kept = 0
-        lines: list[bytes] = []
-        keys: list[int] = []
-        numbers: list[int] = []
+        # The labels are read on a second connection while the traces start to stream: the
+        # database works on both at once, and the first block waits only for what is left.
+        pending = ThreadPoolExecutor(1, thread_name_prefix="rankgate-labels")
+        grouped = pending.submit(self._label_groups, self._narrow_labels()) if join_labels else None
+        labels = None
+        traces: Any = None
+        streamed: Any = None
+        reader = self._reader()
         try:
-            for block in line_blocks(self._backend, self.window, query_ids=self.sample is not None):
+            # The database's work (SQLite's lines, PostgreSQL's COPY decoded by the driver) runs
+            # in a thread of its own, apart from the scanner's: both release the GIL.
+            traces = reader.traces(self.window, scanned, binary_ranking=binary)
+            streamed = prefetched(traces)
+            for batch in streamed:
+                if grouped is not None and labels is None:
+                    labels = grouped.result()
+                count = batch.num_rows
                 first_number = self.stats.rows + 1
-                self.stats.rows += len(block.keys)
-                if self.sample is None:
-                    lines.extend(block.lines)
-                    keys.extend(block.keys)
-                else:
-                    assert block.query_ids is not None
-                    for offset, (key, query_id, line) in enumerate(
-                        zip(block.keys, block.query_ids, block.lines, strict=True)
-                    ):
-                        text = query_id.decode() if isinstance(query_id, bytes) else query_id
-                        if sampled(text, self.sample, self.seed):
-                            lines.append(line)
-                            keys.append(key)
-                            numbers.append(first_number + offset)
-                        else:
-                            self.stats.sampled_out += 1
-                while len(lines) >= rows:
-                    yield self._batch(
-                        lines[:rows], keys[:rows], numbers[:rows], kept, scanned, wanted, unsure
+                self.stats.rows += count
+                numbers = None
+                if self.sample is not None:
+                    keep = np.fromiter(
+                        (
+                            sampled(query_id, self.sample, self.seed)
+                            for query_id in batch.column("query_id").to_pylist()
+                        ),
+                        dtype=np.bool_,
+                        count=count,
                     )
-                    kept += rows
-                    del lines[:rows], keys[:rows], numbers[:rows]
-            if lines:
-                yield self._batch(lines, keys, numbers, kept, scanned, wanted, unsure)
+                    self.stats.sampled_out += count - int(np.count_nonzero(keep))
+                    numbers = first_number + np.flatnonzero(keep).astype(np.int64)
+                    batch = batch.filter(pa.array(keep))
+                # A batch larger than ``rows`` (PostgreSQL's driver sizes them in bytes) is cut
+                # into equal pieces, not into full ones and a small remainder.
+                if not batch.num_rows:
+                    continue
+                pieces = -(-batch.num_rows // rows)
+                size = -(-batch.num_rows // pieces)
+                for start in range(0, batch.num_rows, size):
+                    piece = batch.slice(start, size)
+                    piece_numbers = None if numbers is None else numbers[start : start + size]
+                    yield self._batch(
+                        piece, piece_numbers, kept, scanned, wanted, unsure, labels, binary
+                    )
+                    kept += piece.num_rows
         finally:
+            # The producing thread is stopped and joined before its cursor and connection close.
+            for stream in (streamed, traces):
+                if stream is not None:
+                    stream.close()
+            reader.close()
             self._backend.close()
+            if grouped is not None:
+                grouped.cancel()
+            pending.shutdown(wait=True)
 
     def _batch(
         self,
-        lines: list[bytes],
-        keys: list[int],
-        numbers: list[int],
+        piece: Any,
+        numbers: npt.NDArray[np.int64] | None,
         first: int,
         scanned: list[str],
         wanted: list[str],
         unsure: bool,
+        labels: Any,
+        binary: bool,
     ) -> Any:
-        """One record batch of ``wanted`` columns from these lines; remembers the rows' keys."""
+        """One record batch of ``wanted`` columns from rows of the store's reader; remembers the
+        rows' keys."""
         import pyarrow as pa
 
         from rankgate.store.columns import parse_lines
 
-        paths = self.fields.paths()
-        segments = scanned[len(paths) :]
-        table, slow = parse_lines(lines, self.fields, segments, first + 1)
+        fields = self.fields
+        segments = scanned[len(fields.paths()) :]
+        table, slow = parse_lines(piece.column("line"), fields, segments, first + 1)
+        count = piece.num_rows
         if unsure:
             slow[:] = True
-        self._block_keys.append(np.asarray(keys, dtype=np.int64))
-        self._block_rows.append(np.asarray(numbers, dtype=np.int64) if numbers else None)
+        # A copy: a view would keep the driver's whole batch (every line) alive to the end.
+        self._block_keys.append(np.array(piece.column("key"), dtype=np.int64, copy=True))
+        self._block_rows.append(numbers)
         self._block_starts.append(first)
         by_name = dict(zip(scanned, table.columns, strict=True))
-        retrieved = by_name[self.fields.retrieved_ids]
+        if binary:
+            # As the driver decoded it (list<string>): the columnar path takes either width.
+            by_name[fields.retrieved_ids] = piece.column("ranking")
+        if labels is not None:
+            groups, collided = labels.lookup(piece.column("query_id"))
+            slow |= collided
+            found = groups >= 0
+            if found.any():
+                joined = labels.grades.take(pa.array(np.where(found, groups, 0)))
+                if not found.all():
+                    # Rows without labels in the table keep the grades of their attributes.
+                    own = by_name[fields.relevance_scores]
+                    choice = np.arange(count, dtype=np.int64)
+                    choice[~found] += count
+                    joined = pa.concat_arrays([joined, own]).take(pa.array(choice))
+                by_name[fields.relevance_scores] = joined
+        retrieved = by_name[fields.retrieved_ids]
         if slow.any():
             # A null ranking is what the columnar path sends to the validator.
-            by_name[self.fields.retrieved_ids] = pa.LargeListArray.from_arrays(
+            by_name[fields.retrieved_ids] = type(retrieved).from_arrays(
                 retrieved.offsets, retrieved.values, mask=pa.array(slow)
             )
-        self._rows_done = first + len(lines)
+        self._rows_done = first + count
         return pa.record_batch([by_name[name] for name in wanted], names=wanted)
 
     def reread(self, rows: Any, prepare: Callable[[Any], Any] | None = None) -> list[RawRecord]:
