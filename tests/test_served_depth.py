@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rankgate import Settings, evaluate
@@ -86,17 +87,17 @@ def test_k_past_the_median_ranking_warns(
     args = ["-m", "precision@50", "-m", "ndcg@10", "--no-config", "--no-progress"]
     code, out, _ = rankgate("eval", traces, *args, "--color", "never")
     assert code == 0
-    assert "warning: precision@50 but the median ranking holds 20 IDs" in out
-    assert "ndcg@10 but" not in out
+    assert "warning: precision@50 reads the top 50, but the median ranking holds 20 IDs" in out
+    assert "ndcg@10 reads" not in out
     assert "served depth: median 20 IDs per ranking" in out
     report = json.loads(rankgate("eval", traces, *args, "--format", "json")[1])
     assert report["summary"]["served_depth"]["median"] == 20
-    assert sum("precision@50 but the median" in w for w in report["warnings"]) == 1
+    assert sum("precision@50 reads the top 50, but the median" in w for w in report["warnings"]) == 1
     markdown = rankgate("eval", traces, *args, "--format", "markdown")[1]
-    assert "precision@50 but the median ranking holds 20 IDs" in markdown
+    assert "precision@50 reads the top 50, but the median ranking holds 20 IDs" in markdown
     assert "served depth: median 20" in markdown
     html = rankgate("eval", traces, *args, "--format", "html")[1]
-    assert "precision@50 but the median ranking holds 20 IDs" in html
+    assert "precision@50 reads the top 50, but the median ranking holds 20 IDs" in html
     assert "median ranking depth (IDs)" in html
 
 
@@ -123,3 +124,18 @@ def test_served_k_in_settings() -> None:
     assert any("gate on map reads the whole ranking" in w for w in evaluation.warnings)
     with pytest.raises(ConfigError, match="served_k"):
         Settings(served_k=0)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 10, 101, 1000])
+def test_depth_figures_from_counts_equal_numpy_percentiles(count: int) -> None:
+    """What partitions combine (depth -> rankings) gives numpy's own percentiles of the depths."""
+    from rankgate.evaluate import ServedDepth
+
+    depths = np.random.default_rng(count).integers(0, 40, count)
+    values, counts = np.unique(depths, return_counts=True)
+    figures = ServedDepth.from_histogram(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+    assert figures is not None and figures.queries == count
+    median, p10 = np.percentile(depths, [50, 10])
+    assert figures.median == pytest.approx(median, abs=1e-12)
+    assert figures.p10 == pytest.approx(p10, abs=1e-12)
+    assert ServedDepth.from_histogram({}) is None

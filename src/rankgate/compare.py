@@ -25,7 +25,9 @@ The steps, each reusing the evaluation pipeline rather than re-implementing it:
 5. cells from the per-query values (``compare_cells.cells_from_values``): means, the delta, its
    interval, a p-value and an effect size; p-values adjusted across every cell of the run;
 6. flag a cell as a regression (or improvement) when its adjusted p is below alpha and its delta is
-   beyond the practical margin; the candidate's own gates (thresholds per segment) are checked too.
+   beyond the practical margin, or as ``label-limited`` when unjudged documents could decide it
+   (``compare_unjudged``: each metric is also scored under every unjudged policy, with judged@k);
+   the candidate's own gates (thresholds per segment) are checked too.
 
 Every metric here is better when higher, so a negative delta is a loss.
 """
@@ -53,6 +55,7 @@ from rankgate.compare_read import NotArrowText, Reader, SideTable, streamed_side
 from rankgate.compare_records import (
     CountedSide,
     Pairing,
+    PairLister,
     RecordRun,
     Variant,
     _as_variant,
@@ -60,9 +63,17 @@ from rankgate.compare_records import (
     _source_name,
     score_by_records,
 )
+from rankgate.compare_unjudged import (
+    LABEL_LIMITED,
+    UnjudgedPair,
+    evidence_specs,
+    judged_depth,
+    requested_metrics,
+    unjudged_in_top,
+)
 from rankgate.errors import ConfigError, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate, require_extra
-from rankgate.gates import Gate, GateOutcome, GatePolicy
+from rankgate.gates import INTERVAL_BOUNDS, Gate, GateOutcome, GatePolicy
 from rankgate.segments import SegmentKey, segment_fields_of
 from rankgate.spec import MetricSpec
 
@@ -76,6 +87,7 @@ __all__ = [
     "Comparison",
     "Pairing",
     "Significance",
+    "UnjudgedPair",
     "Variant",
     "cells_from_values",
     "compare",
@@ -108,6 +120,8 @@ class CandidateResult:
     cells: tuple[Cell, ...]
     segments: dict[str, Sequence[str]] = field(default_factory=dict)
     candidate_segments: dict[str, Sequence[str]] = field(default_factory=dict)
+    #: Whether a label-limited cell fails this candidate (``Significance.fail_on_label_limited``).
+    fail_on_label_limited: bool = False
 
     @property
     def design(self) -> str:
@@ -181,8 +195,35 @@ class CandidateResult:
         return tuple(outcome for outcome in self.candidate.gates if not outcome.passed)
 
     @property
+    def label_limited(self) -> tuple[Cell, ...]:
+        """Cells whose verdict unjudged documents could decide (see ``flag_cells``)."""
+        return tuple(cell for cell in self.cells if cell.status == LABEL_LIMITED)
+
+    @property
     def passed(self) -> bool:
+        """False on a missed gate or a regression, or a label-limited cell when it fails."""
+        if self.fail_on_label_limited and self.label_limited:
+            return False
         return self.candidate.passed and not any(c.flag == "regression" for c in self.cells)
+
+    def cell_queries(self, cell: Cell, side: str = "candidate") -> list[str]:
+        """The IDs of the queries behind ``cell`` on ``side`` (``"candidate"`` or
+        ``"baseline"``; paired, the same queries)."""
+        evaluation = self.candidate if side == "candidate" else self.baseline
+        segments = (
+            self.candidate_segments
+            if side == "candidate" and self.design == "unpaired"
+            else self.segments
+        )
+        ids = list(evaluation.query_ids)
+        if cell.segment is None:
+            return ids
+        column = segments[cell.segment.field]
+        return [
+            query_id
+            for query_id, value in zip(ids, column, strict=True)
+            if value == cell.segment.value
+        ]
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,6 +240,9 @@ class Comparison:
     invalid: dict[str, int] = field(default_factory=dict)
     invalid_examples: tuple[InvalidRecord, ...] = ()
     pairing: str = "paired"
+    #: The unjudged (query, document) pairs that decide the label-limited cells, when asked for
+    #: (``compare(list_unjudged=True)``); None otherwise.
+    unjudged_pairs: tuple[UnjudgedPair, ...] | None = None
 
     @property
     def designs(self) -> dict[str, str]:
@@ -221,8 +265,38 @@ class Comparison:
         return tuple(cell for cell in self.cells if cell.flag == "improvement")
 
     @property
+    def label_limited(self) -> tuple[Cell, ...]:
+        """Cells whose verdict unjudged documents could decide (neither flagged nor failing
+        unless ``Significance.fail_on_label_limited``)."""
+        return tuple(cell for cell in self.cells if cell.status == LABEL_LIMITED)
+
+    @property
+    def next_step(self) -> str | None:
+        """What to do about the label-limited cells, in words (None when there are none)."""
+        limited = self.label_limited
+        if not limited:
+            return None
+        most = max(cell.evidence.unjudged_pairs for cell in limited if cell.evidence)
+        listed = (
+            f"the {len(self.unjudged_pairs):,} distinct pairs are listed"
+            if self.unjudged_pairs is not None
+            else "--unjudged-pairs FILE lists them as JSON Lines"
+        )
+        verdict = (
+            "they fail this run (--fail-on-label-limited)"
+            if self.significance.fail_on_label_limited
+            else "they pass unless --fail-on-label-limited is given"
+        )
+        return (
+            f"{len(limited):,} label-limited cell(s) wait for labels: judge the unjudged (query, "
+            f"document) pairs that decide them (up to {most:,} in one cell; {listed}), add the "
+            f"labels (--labels) and compare again; {verdict}"
+        )
+
+    @property
     def passed(self) -> bool:
-        """False when any cell is a regression or any candidate misses a gate."""
+        """False when any cell is a regression or any candidate misses a gate (or, under
+        ``Significance.fail_on_label_limited``, any cell is label-limited)."""
         return all(result.passed for result in self.results)
 
     def result(self, candidate: str) -> CandidateResult:
@@ -359,6 +433,7 @@ def compare(
     input_format: str | None = None,
     pairing: str = "paired",
     progress: Callable[[str, int, int, int | None], None] | None = None,
+    list_unjudged: bool = False,
 ) -> Comparison:
     """Compare a baseline with one or more candidates.
 
@@ -382,6 +457,10 @@ def compare(
             ``auto``.
             Each candidate's choice and its reason are in ``CandidateResult.pairing``.
         progress: called with (source name, records read, units done, units in total or None).
+        list_unjudged: list the unjudged (query, document) pairs that decide the label-limited
+            cells in ``Comparison.unjudged_pairs`` (each arm's top k of the cells' queries); needs
+            the rankings in memory, so not with sides past ``compare_read.HELD_RANKING_BYTES`` or
+            with a label filter (stale labels are removed inside the evaluation).
 
     Raises:
         InputError: a malformed record, a query ID twice on one side, or a query whose labels differ
@@ -396,11 +475,21 @@ def compare(
         raise ConfigError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
     policy = policy or GatePolicy()
     significance = significance or Significance()
+    if list_unjudged and settings.label_filter.active:
+        raise UsageError(
+            "listing unjudged pairs does not go with a label filter (--corpus, --max-label-age): "
+            "the labels it removes are removed inside the evaluation"
+        )
+    # Each metric is also scored under every unjudged policy, with judged@k, for the evidence.
+    requested = requested_metrics(metrics, gates, policy)
+    depth = judged_depth(requested)
+    extra = evidence_specs(requested, depth)
     try:
         run = _score_by_columns(
             baseline,
             candidates,
-            metrics=metrics,
+            metrics=requested,
+            extra_metrics=extra,
             gates=gates,
             settings=settings,
             policy=policy,
@@ -416,7 +505,8 @@ def compare(
         run = score_by_records(
             baseline,
             candidates,
-            metrics=None if metrics is None else list(metrics),
+            metrics=requested,
+            extra_metrics=extra,
             gates=gates,
             settings=settings,
             policy=policy,
@@ -445,6 +535,7 @@ def compare(
             significance=significance,
             seed=settings.seed,
             resamples=settings.resamples,
+            depth=depth,
         )
         for name, scored in zip(names[1:], pending, strict=True)
     ]
@@ -458,9 +549,15 @@ def compare(
             cells,
             scored.segments,
             scored.candidate_segments,
+            significance.fail_on_label_limited,
         )
         for name, scored, cells in zip(names[1:], pending, finished, strict=True)
     )
+    pairs = None
+    if list_unjudged:
+        if run.lister is None:
+            raise UsageError("these sides cannot list their unjudged pairs")
+        pairs = pairs_to_judge(names[0], results, run.lister)
     return Comparison(
         baseline=names[0],
         results=results,
@@ -472,7 +569,31 @@ def compare(
         invalid=run.invalid,
         invalid_examples=run.invalid_examples,
         pairing=pairing,
+        unjudged_pairs=pairs,
     )
+
+
+def pairs_to_judge(
+    baseline: str, results: Sequence[CandidateResult], lister: PairLister
+) -> tuple[UnjudgedPair, ...]:
+    """The unjudged (query, document) pairs of every label-limited cell: in each arm's top k
+    (the cell's judged depth) of the cell's queries, each pair once (the candidate's listing
+    first), candidates in order, then queries and ranks as ranked."""
+    found: dict[tuple[str, str], UnjudgedPair] = {}
+    for result in results:
+        for side, side_name in (("candidate", result.name), ("baseline", baseline)):
+            depths: dict[str, int] = {}
+            for cell in result.label_limited:
+                assert cell.evidence is not None  # label-limited cells carry their evidence
+                for query_id in result.cell_queries(cell, side):
+                    depths[query_id] = max(depths.get(query_id, 0), cell.evidence.depth)
+            if not depths:
+                continue
+            for query_id, doc_id, rank in lister(side_name, depths):
+                found.setdefault(
+                    (query_id, doc_id), UnjudgedPair(query_id, doc_id, rank, side, result.name)
+                )
+    return tuple(found.values())
 
 
 def _score_by_columns(
@@ -480,6 +601,7 @@ def _score_by_columns(
     candidates: tuple[Any, ...],
     *,
     metrics: Iterable[str | MetricSpec] | None,
+    extra_metrics: Sequence[MetricSpec],
     gates: Sequence[Gate | str],
     settings: Settings,
     policy: GatePolicy,
@@ -513,6 +635,7 @@ def _score_by_columns(
         book.add_side(side)
 
     scorer = _Scorer(metrics, gates, settings, policy, book, segment_fields, stamp)
+    scorer.extra = list(extra_metrics)
     base = sides[0]
     pending = [_scored(base, side, pairing, scorer) for side in sides[1:]]
     return RecordRun(
@@ -522,7 +645,52 @@ def _score_by_columns(
         {side.name: side.invalid for side in sides} | reader.extra_invalid,
         tuple(reader.invalid_examples),
         labels_name,
+        _column_lister(sides, book, settings),
     )
+
+
+def _column_lister(sides: Sequence[SideTable], book: LabelBook, settings: Settings) -> PairLister:
+    """Lists a side's unjudged documents in the top k of some of its queries, from its table and
+    the shared labels (under the document-ID mapping when one is set, as scoring does)."""
+    by_name = {side.name: side for side in sides}
+
+    def unjudged(name: str, depths: dict[str, int]) -> list[tuple[str, str, int]]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        side = by_name[name]
+        if side.streamed:
+            raise UsageError(
+                f"{name} is too large to hold its rankings in memory, which listing unjudged "
+                "pairs needs; list them from a sample of the queries"
+            )
+        wanted = pa.array(list(depths), type=pa.large_string())
+        rows = side.table.filter(pc.is_in(side.table.column("query_id"), value_set=wanted))
+        relevant, scores, _ = book.labels_for(rows.column("query_id"), rows)
+        retrieved = rows.column("retrieved_ids")
+        mapping = settings.doc_ids
+        if mapping is not None:
+            from rankgate.doc_ids import map_labels, map_rankings
+
+            retrieved, _ = map_rankings(retrieved, mapping)
+            relevant, _ = map_rankings(relevant, mapping)
+            scores = map_labels(scores, mapping)
+        listed: list[tuple[str, str, int]] = []
+        for query_id, ranking, ids, grades in zip(
+            rows.column("query_id").to_pylist(),
+            retrieved.to_pylist(),
+            relevant.to_pylist(),
+            scores.to_pylist(),
+            strict=True,
+        ):
+            judged = set(ids or ()) | {doc for doc, _ in grades or ()}
+            listed.extend(
+                (query_id, doc, rank)
+                for doc, rank in unjudged_in_top(ranking or [], judged, depths[query_id])
+            )
+        return listed
+
+    return unjudged
 
 
 # --- pairing and scoring ----------------------------------------------------------------------
@@ -558,10 +726,11 @@ class _Scorer:
         self.segment_fields = list(segment_fields)
         self.stamp = stamp
         self.fields = settings.fields
+        self.extra: list[MetricSpec] = []
         # The sides' own intervals are not reported here; they are needed only by gates that
         # decide on an interval bound. Skipping them halves the time on large inputs.
-        on_bounds = policy.gate_on != "mean" or any(
-            rule.gate_on not in (None, "mean") for rule in policy.rules
+        on_bounds = policy.gate_on in INTERVAL_BOUNDS or any(
+            rule.gate_on in INTERVAL_BOUNDS for rule in policy.rules
         )
         self.settings = settings if on_bounds else replace(settings, resamples=0)
         # Intervals of the sides are resampled in query order: keep it the baseline's.
@@ -603,7 +772,12 @@ class _Scorer:
             else table
         )
         evaluation = evaluate(
-            source, self.metrics, self.gates, settings=self.settings, policy=self.policy
+            source,
+            self.metrics,
+            self.gates,
+            settings=self.settings,
+            policy=self.policy,
+            extra_metrics=self.extra,
         )
         return evaluation, self._segments(evaluation)
 

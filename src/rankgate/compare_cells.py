@@ -13,6 +13,11 @@ Two designs, because an A/B test is run in two ways:
   query was seen by both.
 
 Every metric here is better when higher, so a negative delta is a loss.
+
+When the per-query values include each metric under every unjudged-document policy and the
+judged@k evidence (``compare_unjudged.evidence_specs``), each cell also carries a
+``LabelEvidence``, and ``flag_cells`` marks a cell ``label-limited`` rather than a regression or an
+improvement when the missing labels could decide it (see ``flag_cells``).
 """
 
 from __future__ import annotations
@@ -25,11 +30,22 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from rankgate.compare_unjudged import (
+    DEFAULT_UNJUDGED_TOLERANCE,
+    LABEL_LIMITED,
+    LabelEvidence,
+    PolicyDelta,
+    depth_of,
+    has_evidence,
+    judged_depth,
+    judged_spec,
+    unjudged_counts,
+)
 from rankgate.errors import ConfigError
 from rankgate.fast import text_array, texts_of
 from rankgate.gates import GatePolicy
 from rankgate.segments import SegmentKey
-from rankgate.spec import MetricSpec
+from rankgate.spec import MetricSpec, unjudged_variants
 from rankgate.stats import (
     CORRECTIONS,
     DEFAULT_PERMUTATIONS,
@@ -73,6 +89,11 @@ class Significance:
     ``permutations``); an unpaired comparison always uses Welch's t-test. ``correction``:
     ``"holm"`` or ``"bh"`` across every metric x segment cell. A cell is flagged when its adjusted
     p < ``alpha`` and |delta| > ``margin`` (a practical margin in the metric's units).
+
+    ``unjudged_tolerance``: how much less of its top k the candidate may have judged than the
+    baseline (a share of the top k) before a flagged cell is ``label-limited`` instead.
+    ``fail_on_label_limited``: whether a label-limited cell fails the comparison (by default it is
+    reported and passes).
     """
 
     test: str = "t"
@@ -80,6 +101,8 @@ class Significance:
     correction: str = "holm"
     alpha: float = 0.05
     margin: float = 0.0
+    unjudged_tolerance: float = DEFAULT_UNJUDGED_TOLERANCE
+    fail_on_label_limited: bool = False
 
     def __post_init__(self) -> None:
         if self.test not in TESTS:
@@ -92,6 +115,15 @@ class Significance:
             raise ConfigError(f"alpha must be a number between 0 and 1, got {self.alpha!r}")
         if not _number(self.margin) or not 0.0 <= self.margin < math.inf:
             raise ConfigError(f"margin must be a number >= 0, got {self.margin!r}")
+        if not _number(self.unjudged_tolerance) or not 0.0 <= self.unjudged_tolerance <= 1.0:
+            raise ConfigError(
+                "unjudged_tolerance must be a share of the top k between 0 and 1, "
+                f"got {self.unjudged_tolerance!r}"
+            )
+        if not isinstance(self.fail_on_label_limited, bool):
+            raise ConfigError(
+                f"fail_on_label_limited must be True or False, got {self.fail_on_label_limited!r}"
+            )
         if (
             isinstance(self.permutations, bool)
             or not isinstance(self.permutations, int)
@@ -117,7 +149,12 @@ class Cell:
     together when unpaired (``baseline_queries`` and ``candidate_queries`` give each side).
     ``wins``/``ties``/``losses`` exist only for paired cells (None otherwise). ``status`` is
     ``insufficient`` when a side has fewer queries than the segment's ``min_queries``: such a cell
-    is reported but never flagged.
+    is reported but never flagged; ``label-limited`` when missing labels could decide it
+    (``evidence.reason`` says why): it carries no flag either.
+
+    ``evidence``: judged@k of both arms, the delta under each unjudged-document policy and the
+    unjudged pairs that decide the cell (None for a metric that takes no unjudged policy, or when
+    the values behind the cell did not include the evidence).
     """
 
     candidate: str
@@ -141,10 +178,15 @@ class Cell:
     design: Design = "paired"
     baseline_queries: int | None = None
     candidate_queries: int | None = None
+    evidence: LabelEvidence | None = None
 
     @property
     def group(self) -> str:
         return "overall" if self.segment is None else str(self.segment)
+
+    @property
+    def label_limited(self) -> bool:
+        return self.status == LABEL_LIMITED
 
     def statistics(self) -> dict[str, Any]:
         """The cell's numbers, counts, status and flag by name (the interval aside)."""
@@ -166,7 +208,38 @@ class Cell:
             "losses": self.losses,
             "status": self.status,
             "flag": self.flag,
+            **_evidence_fields(self.evidence),
         }
+
+
+#: The evidence fields of ``Cell.statistics``, in order (None when a cell has no evidence).
+EVIDENCE_FIELDS = (
+    "judged_depth",
+    "baseline_judged",
+    "candidate_judged",
+    "unjudged_pairs",
+    "baseline_unjudged_pairs",
+    "delta_nonrelevant",
+    "delta_condensed",
+    "delta_relevant",
+    "label_limited_reason",
+)
+
+
+def _evidence_fields(evidence: LabelEvidence | None) -> dict[str, Any]:
+    if evidence is None:
+        return dict.fromkeys(EVIDENCE_FIELDS)
+    return {
+        "judged_depth": evidence.depth,
+        "baseline_judged": evidence.baseline_judged,
+        "candidate_judged": evidence.candidate_judged,
+        "unjudged_pairs": evidence.unjudged_pairs,
+        "baseline_unjudged_pairs": evidence.baseline_unjudged_pairs,
+        "delta_nonrelevant": evidence.delta("nonrelevant"),
+        "delta_condensed": evidence.delta("condensed"),
+        "delta_relevant": evidence.delta("relevant"),
+        "label_limited_reason": evidence.reason,
+    }
 
 
 def cells_from_values(
@@ -183,6 +256,7 @@ def cells_from_values(
     significance: Significance | None = None,
     seed: int = 0,
     resamples: int = 1000,
+    depth: int | None = None,
 ) -> list[Cell]:
     """One candidate's cells (p-values not yet adjusted) from per-query values.
 
@@ -199,6 +273,9 @@ def cells_from_values(
         significance: the test (paired designs) and the settings flags will use.
         seed, resamples: the bootstrap's; each cell draws from ``derived_seed(seed, group,
             metric, ...)``, so adding a metric or segment leaves the others' draws alone.
+        depth: the k judged@k is read at for a metric without a cutoff (default: the deepest
+            cutoff of ``metrics``, else 10). When both sides' values hold a metric's
+            ``compare_unjudged.evidence_specs``, its cells carry a ``LabelEvidence``.
 
     Groups with no query (unpaired: on either side) get no cell.
     """
@@ -212,6 +289,8 @@ def cells_from_values(
     n_after = _length(candidate_values, metrics)
     before_codes = _Membership(before_segments)
     after_codes = before_codes if design == "paired" else _Membership(after_segments)
+    depth = judged_depth(metrics) if depth is None else depth
+    counts_of = _CountCache(baseline_values, candidate_values)
     groups: list[tuple[SegmentKey | None, Any, Any]] = [(None, slice(None), slice(None))]
     for segment in segments:
         groups.append(
@@ -241,10 +320,87 @@ def cells_from_values(
             before = baseline_values[spec][before_rows]
             after = candidate_values[spec][after_rows]
             make = _paired_cell if design == "paired" else _unpaired_cell
-            cells.append(
-                make(candidate, key, spec, before, after, status, significance, seed, resamples)
-            )
+            cell = make(candidate, key, spec, before, after, status, significance, seed, resamples)
+            if has_evidence(baseline_values, spec, depth) and has_evidence(
+                candidate_values, spec, depth
+            ):
+                evidence = _evidence(
+                    key,
+                    spec,
+                    depth_of(spec, depth),
+                    before_rows,
+                    after_rows,
+                    counts_of,
+                    design,
+                    significance,
+                    seed,
+                )
+                cell = replace(cell, evidence=evidence)
+            cells.append(cell)
     return cells
+
+
+class _CountCache:
+    """Per side and depth, each query's unjudged documents in its top k (computed once)."""
+
+    def __init__(
+        self, baseline: Mapping[MetricSpec, Values], candidate: Mapping[MetricSpec, Values]
+    ) -> None:
+        self.values = (baseline, candidate)
+        self.known: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+
+    def counts(self, side: int, k: int) -> npt.NDArray[np.int64]:
+        found = self.known.get((side, k))
+        if found is None:
+            found = self.known[(side, k)] = unjudged_counts(self.values[side], k)
+        return found
+
+
+def _evidence(
+    key: SegmentKey | None,
+    spec: MetricSpec,
+    k: int,
+    before_rows: Any,
+    after_rows: Any,
+    counts: _CountCache,
+    design: Design,
+    significance: Significance,
+    seed: int,
+) -> LabelEvidence:
+    """Judged@k of both arms, the unjudged pairs, and the delta and test under each policy."""
+    baseline, candidate = counts.values
+    judged = judged_spec(k)
+    group = "" if key is None else str(key)
+    deltas = []
+    for policy, variant in unjudged_variants(spec).items():
+        before = baseline[variant][before_rows]
+        after = candidate[variant][after_rows]
+        delta = exact_sum(after) / len(after) - exact_sum(before) / len(before)
+        if design == "unpaired":
+            p_value = welch_t_test(before, after)
+        else:
+            per_query = after - before
+            per_query[np.abs(per_query) <= TIE_TOLERANCE] = 0.0
+            if significance.test == "t":
+                p_value = paired_t_test(per_query)
+            else:
+                # The same draws as the cell's own test when the variant is the metric itself.
+                p_value, _ = sign_flip_test(
+                    per_query,
+                    derived_seed(seed, group, variant, "signs"),
+                    significance.permutations,
+                )
+        deltas.append(PolicyDelta(policy, delta, p_value, p_value))
+    before_judged = baseline[judged][before_rows]
+    after_judged = candidate[judged][after_rows]
+    return LabelEvidence(
+        depth=k,
+        baseline_judged=exact_sum(before_judged) / len(before_judged),
+        candidate_judged=exact_sum(after_judged) / len(after_judged),
+        unjudged_pairs=int(counts.counts(1, k)[after_rows].sum()),
+        baseline_unjudged_pairs=int(counts.counts(0, k)[before_rows].sum()),
+        deltas=tuple(deltas),
+    )
 
 
 def flag_cells(
@@ -252,19 +408,51 @@ def flag_cells(
 ) -> list[tuple[Cell, ...]]:
     """Every candidate's cells with p-values adjusted across the whole run (all candidates, metrics
     and segments) and flagged: a regression (improvement) when the adjusted p < alpha and the delta
-    is below -margin (above +margin), and the cell's status is ``ok``."""
-    adjusted = adjust_pvalues(
-        [cell.p_value for group in cells for cell in group], significance.correction
-    )
+    is below -margin (above +margin), and the cell's status is ``ok``.
+
+    A cell with evidence is tested under each unjudged policy too (each policy's p-values adjusted
+    across the run as the cells' own are). When the two ends, unjudged documents all non-relevant
+    and all relevant, reach different verdicts and either
+
+    * one arm's top k is judged less than the other's by more than
+      ``significance.unjudged_tolerance`` (mean judged@k over the cell's queries), or
+    * the delta goes one way at one end and the other way at the other (beyond the margin),
+
+    the cell is ``label-limited`` instead: no flag, and a ``reason`` (see ``_label_limit``). When
+    both ends agree, the cell keeps its verdict.
+    """
+    flat = [cell for group in cells for cell in group]
+    adjusted = adjust_pvalues([cell.p_value for cell in flat], significance.correction)
+    by_policy = {
+        policy: adjust_pvalues([_policy_p(cell, policy) for cell in flat], significance.correction)
+        for policy in _policies_in(flat)
+    }
     position = 0
     finished = []
     for group in cells:
         flagged = []
         for cell in group:
-            flagged.append(_flagged(cell, adjusted[position], significance))
+            policy_adjusted = {policy: found[position] for policy, found in by_policy.items()}
+            flagged.append(_flagged(cell, adjusted[position], policy_adjusted, significance))
             position += 1
         finished.append(tuple(flagged))
     return finished
+
+
+def _policies_in(cells: Sequence[Cell]) -> list[str]:
+    return list(
+        dict.fromkeys(d.policy for cell in cells if cell.evidence for d in cell.evidence.deltas)
+    )
+
+
+def _policy_p(cell: Cell, policy: str) -> float:
+    """The cell's p-value under ``policy`` (its own for a cell without evidence, so that every
+    policy's family holds every cell of the run, as the cells' own family does)."""
+    if cell.evidence is not None:
+        for found in cell.evidence.deltas:
+            if found.policy == policy:
+                return found.p_value
+    return cell.p_value
 
 
 class _Membership:
@@ -278,7 +466,6 @@ class _Membership:
         if key.field not in self.columns:
             return np.zeros(0, dtype=np.int64)
         if key.field not in self.encoded:
-
             encoded = text_array(self.columns[key.field]).dictionary_encode()
             codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
             names = {value: code for code, value in enumerate(texts_of(encoded.dictionary))}
@@ -383,11 +570,78 @@ def _unpaired_cell(
     )
 
 
-def _flagged(cell: Cell, p_adjusted: float, significance: Significance) -> Cell:
-    flag: Flag | None = None
-    if cell.status == "ok" and p_adjusted < significance.alpha:
-        if cell.delta < -significance.margin:
-            flag = "regression"
-        elif cell.delta > significance.margin:
-            flag = "improvement"
-    return replace(cell, p_adjusted=p_adjusted, flag=flag)
+def _flag(delta: float, p_adjusted: float, significance: Significance) -> Flag | None:
+    if p_adjusted < significance.alpha:
+        if delta < -significance.margin:
+            return "regression"
+        if delta > significance.margin:
+            return "improvement"
+    return None
+
+
+def _flagged(
+    cell: Cell,
+    p_adjusted: float,
+    policy_adjusted: Mapping[str, float],
+    significance: Significance,
+) -> Cell:
+    flag = _flag(cell.delta, p_adjusted, significance) if cell.status == "ok" else None
+    evidence = cell.evidence
+    if evidence is None:
+        return replace(cell, p_adjusted=p_adjusted, flag=flag)
+    deltas = tuple(
+        replace(
+            found,
+            p_adjusted=policy_adjusted[found.policy],
+            flag=_flag(found.delta, policy_adjusted[found.policy], significance),
+        )
+        for found in evidence.deltas
+    )
+    evidence = replace(evidence, deltas=deltas)
+    reason = _label_limit(evidence, significance) if cell.status == "ok" else None
+    if reason is None:
+        return replace(cell, p_adjusted=p_adjusted, flag=flag, evidence=evidence)
+    return replace(
+        cell,
+        p_adjusted=p_adjusted,
+        flag=None,
+        status=LABEL_LIMITED,
+        evidence=replace(evidence, reason=reason),
+    )
+
+
+def _label_limit(evidence: LabelEvidence, significance: Significance) -> str | None:
+    """Why the missing labels could decide a cell, in words; None when they cannot.
+
+    The verdict is read at the two ends, unjudged documents all non-relevant and all relevant.
+    When both ends reach the same verdict the labels cannot change it (under those readings).
+    Otherwise the cell is label-limited when the arms' judged@k differ by more than the tolerance
+    (either way: the less-judged arm is the one the pessimistic reading penalises) or the two ends
+    move the delta in opposite directions. ``condensed`` is reported, not consulted: with labels
+    of relevant documents only (``relevant_ids``) a condensed ranking keeps nothing but those, so
+    it sees no change in a candidate that pushes them down, and would make every such regression
+    label-limited.
+    """
+    ends = {found.policy: found for found in evidence.deltas}
+    pessimistic, optimistic = ends["nonrelevant"], ends["relevant"]
+    if pessimistic.flag == optimistic.flag:
+        return None
+    reasons = []
+    if abs(evidence.judged_gap) > significance.unjudged_tolerance:
+        less = "candidate" if evidence.judged_gap > 0 else "baseline"
+        reasons.append(
+            f"the {less}'s top {evidence.depth} is less judged (candidate "
+            f"{evidence.candidate_judged:.0%}, baseline {evidence.baseline_judged:.0%}; tolerance "
+            f"{significance.unjudged_tolerance * 100:.3g} points)"
+        )
+    bar = max(significance.margin, TIE_TOLERANCE)
+    if min(pessimistic.delta, optimistic.delta) < -bar < bar < max(
+        pessimistic.delta, optimistic.delta
+    ):
+        reasons.append("the delta changes sign between the two readings")
+    if not reasons:
+        return None
+    return "; ".join(reasons) + (
+        f": {pessimistic.flag or 'no flag'} if the unjudged documents are non-relevant, "
+        f"{optimistic.flag or 'no flag'} if they are relevant"
+    )

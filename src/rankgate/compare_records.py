@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rankgate.compare_unjudged import unjudged_in_top
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings
+from rankgate.gates import INTERVAL_BOUNDS
 from rankgate.io import TraceSource, open_source, validate_record
 from rankgate.io.validate import Trace
 from rankgate.labels import LabelReading, QueryLabels, collect_labels, read_judgments
@@ -306,6 +308,11 @@ class SideCount:
     queries: int
 
 
+#: Lists a side's unjudged documents in the top k of some of its queries: called with the side's
+#: name and each query's k, it returns (query_id, doc_id, 1-based rank) triples.
+PairLister = Callable[[str, dict[str, int]], list[tuple[str, str, int]]]
+
+
 @dataclass(frozen=True, eq=False)
 class RecordRun:
     """A comparison's sides read and scored record by record: names, per candidate its pairing,
@@ -317,6 +324,7 @@ class RecordRun:
     invalid: dict[str, int]
     invalid_examples: tuple[InvalidRecord, ...]
     labels_name: str | None
+    lister: PairLister | None = None
 
 
 def score_by_records(
@@ -324,6 +332,7 @@ def score_by_records(
     candidates: tuple[Any, ...],
     *,
     metrics: list[Any] | None,
+    extra_metrics: list[Any] | None = None,
     gates: Any,
     settings: Settings,
     policy: Any,
@@ -356,13 +365,20 @@ def score_by_records(
         book.add_source(labels, reader, labels_format)
     for side in sides:
         book.add_side(side)
-    on_bounds = policy.gate_on != "mean" or any(
-        rule.gate_on not in (None, "mean") for rule in policy.rules
+    on_bounds = policy.gate_on in INTERVAL_BOUNDS or any(
+        rule.gate_on in INTERVAL_BOUNDS for rule in policy.rules
     )
     scoring = settings if on_bounds else replace(settings, resamples=0)
 
     def scored(traces: list[Trace]) -> tuple[Evaluation, dict[str, Any]]:
-        evaluation = evaluate(traces, metrics, gates, settings=scoring, policy=policy)
+        evaluation = evaluate(
+            traces,
+            metrics,
+            gates,
+            settings=scoring,
+            policy=policy,
+            extra_metrics=extra_metrics or (),
+        )
         by_id = {trace.query_id: trace.attributes for trace in traces}
         segments = {
             name: [segment_value(by_id[q], name) for q in evaluation.query_ids]
@@ -416,4 +432,31 @@ def score_by_records(
         {side.name: side.invalid for side in sides} | reader.extra_invalid,
         tuple(reader.invalid_examples),
         labels_name,
+        _record_lister(sides, book, settings),
     )
+
+
+def _record_lister(sides: list[_Side], book: _LabelBook, settings: Settings) -> PairLister:
+    """Lists a side's unjudged documents in the top k of some of its queries, from its traces and
+    the joined labels."""
+    by_name = {side.name: side for side in sides}
+
+    def unjudged(name: str, depths: dict[str, int]) -> list[tuple[str, str, int]]:
+        if settings.doc_ids is not None:
+            raise UsageError(
+                "listing unjudged pairs under a document-ID mapping needs IDs that are valid "
+                "Unicode text"
+            )
+        listed: list[tuple[str, str, int]] = []
+        for query_id, trace in by_name[name].traces.items():
+            depth = depths.get(query_id)
+            if depth is None:
+                continue
+            grades = book.labeled(trace, trace.attributes).grades or {}
+            listed.extend(
+                (query_id, doc, rank)
+                for doc, rank in unjudged_in_top(trace.retrieved_ids, set(grades), depth)
+            )
+        return listed
+
+    return unjudged

@@ -61,6 +61,8 @@ _KNOWN_KEYS = {
     "monitor",
     "alerts",
     "ids",
+    "served_k",
+    "missing_trace",
 }
 _SEGMENT_KEYS = {"gates", "min_queries", "min_coverage", "gate_on"}
 _ID_RULES = ("doc_id", "doc_id_regex", "doc_id_map")
@@ -92,6 +94,10 @@ class Config:
     alerts: dict[str, Any] | None = None
     #: How retrieved and labeled IDs name their documents ([ids]); None scores IDs as they are.
     doc_ids: DocIdMapping | None = None
+    #: The ranking depth users are shown; gated metrics whose k differs are warned about.
+    served_k: int | None = None
+    #: What a labeled query without a trace counts as: "skip" (left out) or "zero" (trec_eval -c).
+    missing_trace: str | None = None
 
 
 def load_config(path: Path) -> Config:
@@ -151,7 +157,16 @@ def load_config(path: Path) -> Config:
         resamples=_typed(data, "resamples", int, path),
         rules=rules,
         doc_ids=_doc_ids(_table(data, "ids", path), path),
+        served_k=_served_k(data, path),
+        missing_trace=_choice(data, "missing_trace", ("skip", "zero"), path),
     )
+
+
+def _served_k(data: dict[str, Any], path: Path) -> int | None:
+    value: int | None = _typed(data, "served_k", int, path)
+    if value is not None and value < 1:
+        raise ConfigError(f"{path}: served_k must be a whole number >= 1, got {value!r}")
+    return value
 
 
 def _doc_ids(table: dict[str, Any], path: Path) -> DocIdMapping | None:

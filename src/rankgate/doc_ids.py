@@ -15,8 +15,6 @@ it before the join:
   **highest grade** (a document is as relevant as its most relevant part). A label given to the
   document itself is one more grade of that document, so when a document has both a direct label
   and chunk labels the highest of them all wins.
-* ``detect_mismatch``: without a mapping, a one-line warning when most labeled queries share no ID
-  with their ranking but would under a separator or a chunk-suffix pattern that the data suggests.
 
 Three ways to name a document (``parse_doc_id_option`` reads the command-line form, ``str`` gives
 it back):
@@ -39,7 +37,6 @@ collapse and the aggregation): no Python object per ID.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -54,7 +51,6 @@ __all__ = [
     "DEFAULT_CHUNK_COLUMN",
     "DEFAULT_DOC_COLUMN",
     "DocIdMapping",
-    "detect_mismatch",
     "map_label_table",
     "map_labels",
     "map_rankings",
@@ -72,17 +68,6 @@ _SEPARATOR_PREFIX = "sep:"
 _GROUP_NAME = "document"
 _MAP_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "json", ".ndjson": "json", ".json": "json"}
 _MAP_FORMATS |= {".parquet": "parquet", ".pq": "parquet"}
-
-# Mismatch detection. Conservative on purpose: a false warning on healthy data teaches users to
-# ignore warnings, so every threshold errs towards silence.
-_MIN_LABELED = 5  # fewer labeled queries than this: too little to tell
-_MAX_ROWS_CHECKED = 5_000  # the first labeled queries suffice to see a naming pattern
-_MOSTLY_MISSING = 0.5  # share of labeled queries whose ranking meets none of their labels
-_CHUNK_SIDE = 0.9  # share of one side's IDs the rule must rewrite...
-_DOC_SIDE = 0.05  # ...and most of the other side's it may rewrite
-_SEPARATORS = ("#", "::", "|", "/", ":", "@", "~", "_", "-", ".", "!", ";", ",", "+", "=")
-_DIGITS = "\x00"  # stands for a run of digits in a suffix's shape
-_MAX_SHAPE = 24
 
 
 @dataclass(frozen=True)
@@ -198,7 +183,12 @@ def parse_doc_id_option(value: str, *, base: Path | None = None, where: str = "-
         path = Path(text)
         if base is not None and not path.is_absolute():
             path = base / path
-        return DocIdMapping.from_file(path, chunk_column, doc_column)
+        try:
+            return DocIdMapping.from_file(path, chunk_column, doc_column)
+        except InputError as problem:
+            # The file's error names it (and the line); say which option pointed there, as
+            # rankgate.toml's [ids] does.
+            raise ConfigError(f"{problem} (from {where})") from None
     return DocIdMapping.separator(value, where=where)
 
 
@@ -340,7 +330,8 @@ def _aggregate(grades: Any, stamps: Any, mapping: DocIdMapping) -> tuple[Any, An
     nan_first = np.where(np.isnan(grade_values), -np.inf, -grade_values)
     order = np.lexsort((*sort_keys, nan_first, group))
     sorted_groups = group[order]
-    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    # No grades at all (every row slow or unlabeled) leaves no group to start.
+    starts = np.flatnonzero(np.r_[len(order) > 0, sorted_groups[1:] != sorted_groups[:-1]])
     winners = order[starts]
     # Documents listed in the order each first appears in its row.
     first_at = np.minimum.reduceat(order, starts) if len(order) else order
@@ -564,6 +555,7 @@ def _read_pairs(path: Path, chunk_column: str, doc_column: str) -> tuple[Any, An
 
 
 def _read_table(path: Path, form: str, columns: tuple[str, str]) -> Any:
+    """The mapping file as an Arrow table; a malformed row is an ``InputError`` naming its line."""
     import pyarrow as pa
 
     if form == "parquet":
@@ -573,17 +565,68 @@ def _read_table(path: Path, form: str, columns: tuple[str, str]) -> Any:
     if form == "json":
         import pyarrow.json as pj
 
-        return pj.read_json(path)
+        try:
+            return pj.read_json(path)
+        except pa.ArrowInvalid:
+            # Arrow's message counts rows, not lines; find the line the way a reader would.
+            _raise_at_bad_json_line(path)
+            raise
     import pyarrow.csv as pcsv
 
-    return pcsv.read_csv(
-        path,
-        parse_options=pcsv.ParseOptions(delimiter="\t" if form == "tsv" else ","),
-        # IDs stay text ("007" is not 7); an empty cell is an empty ID, reported as such.
-        convert_options=pcsv.ConvertOptions(
-            column_types={name: pa.string() for name in columns}, strings_can_be_null=False
-        ),
-    )
+    bad: list[Any] = []
+
+    def note(row: Any) -> str:
+        bad.append(row)
+        return "skip"
+
+    def read(threads: bool) -> Any:
+        return pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(use_threads=threads),
+            parse_options=pcsv.ParseOptions(
+                delimiter="\t" if form == "tsv" else ",", invalid_row_handler=note
+            ),
+            # IDs stay text ("007" is not 7); an empty cell is an empty ID, reported as such.
+            convert_options=pcsv.ConvertOptions(
+                column_types={name: pa.string() for name in columns}, strings_can_be_null=False
+            ),
+        )
+
+    table = read(True)
+    if bad:
+        # Only a single-threaded read knows a bad row's line number: read again to name it.
+        bad.clear()
+        read(False)
+        row = bad[0]
+        raise InputError(
+            Location(str(path), line=row.number) if row.number else str(path),
+            None,
+            f"expected {row.expected_columns} columns, got {row.actual_columns} "
+            f"({_clip(row.text)})",
+        )
+    return table
+
+
+def _raise_at_bad_json_line(path: Path) -> None:
+    """``InputError`` at the first line of a JSON Lines file that is not one JSON object."""
+    import gzip
+    import json
+
+    opener: Any = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                raise InputError(
+                    Location(str(path), line=number),
+                    None,
+                    "not a JSON object (a mapping file in JSON has one object per line)",
+                )
 
 
 def _clip(value: Any, limit: int = 40) -> str:
@@ -591,148 +634,11 @@ def _clip(value: Any, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
-# --------------------------------------------------------------------------------------------
-# Detecting chunk IDs against document labels
+# TEMPORARY: evaluate.py still imports detect_mismatch from here; delete this function once it
+# imports it from rankgate.doc_id_mismatch. A forwarding function rather than an import, since that
+# module imports this one.
+def detect_mismatch(retrieved: Any, labels: Any) -> str | None:
+    """Forwards to ``rankgate.doc_id_mismatch.detect_mismatch`` (temporary)."""
+    from rankgate.doc_id_mismatch import detect_mismatch as detect
 
-
-def detect_mismatch(retrieved: Any, grades: Any) -> str | None:
-    """A one-line warning when rankings and labels look like chunks and documents; else None.
-
-    Fires only when (1) at least a few queries are labeled, (2) most labeled queries have no
-    retrieved ID among their labeled IDs, and (3) a rule read off the IDs themselves (a separator,
-    or a separator followed by a numbered chunk suffix such as ``#c3``) rewrites nearly every ID on
-    one side, nearly none on the other, and makes most of those queries meet their labels. The
-    warning names the ``--doc-id`` value that does so. Data whose IDs simply differ, or share a
-    separator on both sides (``doc-00017`` and ``doc-00099``), stays silent.
-    """
-    import pyarrow as pa
-
-    retrieved, grades = _array(retrieved), _array(grades)
-    if len(retrieved) != len(grades):
-        raise ValueError("detect_mismatch takes one ranking and one label map per query")
-    lengths = np.diff(numpy_of(retrieved.offsets).astype(np.int64))
-    label_lengths = np.diff(numpy_of(grades.offsets).astype(np.int64))
-    labeled = (lengths > 0) & (label_lengths > 0)
-    for column in (retrieved, grades):
-        if column.null_count:
-            labeled &= numpy_of(column.is_valid())
-    rows = np.flatnonzero(labeled)[:_MAX_ROWS_CHECKED]
-    if len(rows) < _MIN_LABELED:
-        return None
-    take = pa.array(rows)
-    ranked = _array(retrieved.take(take))
-    labels = _array(grades.take(take))
-    ranked_ids = _flat(ranked.values, ranked.offsets).cast(pa.large_string())
-    label_ids = _flat(labels.keys, labels.offsets).cast(pa.large_string())
-    ranked_rows = np.repeat(np.arange(len(rows)), np.diff(numpy_of(ranked.offsets)))
-    label_rows = np.repeat(np.arange(len(rows)), np.diff(numpy_of(labels.offsets)))
-    if ranked_ids.null_count or label_ids.null_count:
-        return None
-    met = _rows_meeting(ranked_rows, ranked_ids, label_rows, label_ids, len(rows))
-    if met.mean() > 1 - _MOSTLY_MISSING:
-        return None
-    for candidate in _candidates(ranked_ids, label_ids):
-        mapped_ranked = candidate.documents_of(ranked_ids)
-        mapped_labels = candidate.documents_of(label_ids)
-        changed = (_changed(ranked_ids, mapped_ranked), _changed(label_ids, mapped_labels))
-        if not (
-            (changed[0] >= _CHUNK_SIDE and changed[1] <= _DOC_SIDE)
-            or (changed[1] >= _CHUNK_SIDE and changed[0] <= _DOC_SIDE)
-        ):
-            continue
-        now = _rows_meeting(ranked_rows, mapped_ranked, label_rows, mapped_labels, len(rows))
-        if now.mean() <= _MOSTLY_MISSING or now.sum() < 2 * max(int(met.sum()), 1):
-            continue
-        chunky = "retrieved IDs" if changed[0] >= _CHUNK_SIDE else "labeled IDs"
-        other = "labeled documents" if changed[0] >= _CHUNK_SIDE else "retrieved documents"
-        example = ranked_ids if changed[0] >= _CHUNK_SIDE else label_ids
-        option = shlex.quote(str(candidate))
-        return (
-            f"{int((~met).sum())} of {len(rows)} labeled queries have no retrieved ID among their "
-            f"labeled IDs; the {chunky} look like chunks of the {other} (e.g. "
-            f"{_clip(example[0].as_py())}): with --doc-id {option} {int(now.sum())} of them "
-            f"would meet their labels. Score documents with --doc-id {option} "
-            f"(or [ids] in rankgate.toml)"
-        )
-    return None
-
-
-def _flat(values: Any, offsets: Any) -> Any:
-    """The IDs a (possibly sliced) list or map array holds, from its first row to its last."""
-    bounds = numpy_of(offsets)
-    return values.slice(int(bounds[0]), int(bounds[-1]) - int(bounds[0]))
-
-
-def _rows_meeting(
-    ranked_rows: npt.NDArray[Any],
-    ranked_ids: Any,
-    label_rows: npt.NDArray[Any],
-    label_ids: Any,
-    n: int,
-) -> npt.NDArray[np.bool_]:
-    """Per row: does any retrieved ID equal one of the row's labeled IDs?"""
-    import pyarrow as pa
-
-    both = pa.concat_arrays([ranked_ids, label_ids.cast(ranked_ids.type)])
-    codes, _ = _codes(both)
-    width = int(codes.max()) + 1 if len(codes) else 1
-    ranked_keys = ranked_rows * width + codes[: len(ranked_ids)]
-    label_keys = label_rows * width + codes[len(ranked_ids) :]
-    hit = np.isin(ranked_keys, label_keys)
-    met = np.zeros(n, dtype=np.bool_)
-    met[ranked_rows[hit]] = True
-    return met
-
-
-def _changed(ids: Any, mapped: Any) -> float:
-    import pyarrow.compute as pc
-
-    if not len(ids):
-        return 0.0
-    return float(numpy_of(pc.fill_null(pc.not_equal(ids, mapped), False)).mean())
-
-
-def _candidates(ranked_ids: Any, label_ids: Any) -> list[DocIdMapping]:
-    """Rules worth trying: each separator found in most IDs of one side, and for it a regex for a
-    numbered chunk suffix (``#c3``, ``_chunk_12``), which leaves documents whose own names hold the
-    separator alone."""
-    import pyarrow.compute as pc
-
-    found: list[DocIdMapping] = []
-    for separator in _SEPARATORS:
-        for ids in (ranked_ids, label_ids):
-            if not len(ids):
-                continue
-            holding = numpy_of(pc.match_substring(ids, separator)).mean()
-            if holding < _CHUNK_SIDE:
-                continue
-            found.append(DocIdMapping.separator(separator))
-            shape = _suffix_shape(ids, separator)
-            if shape is not None:
-                found.append(DocIdMapping.regex(f"^(.+){_re2_escape(separator)}{shape}$"))
-    return found
-
-
-def _suffix_shape(ids: Any, separator: str) -> str | None:
-    """A regex for what follows the last separator in nearly all IDs, digits generalised
-    (``c3``, ``c12`` -> ``c[0-9]+``); None without one dominant shape that holds a number."""
-    import pyarrow.compute as pc
-
-    escaped = _re2_escape(separator)
-    suffixes = pc.extract_regex(ids, pattern=f"^.*{escaped}(?P<suffix>.*)$").field(0)
-    shapes = pc.replace_substring_regex(suffixes, pattern="[0-9]+", replacement=_DIGITS)
-    counts = pc.value_counts(shapes)
-    if not len(counts):
-        return None
-    tallies = numpy_of(counts.field("counts"))
-    best = int(np.argmax(tallies))
-    shape = str(counts.field("values")[best].as_py())
-    if tallies[best] < _CHUNK_SIDE * len(ids) or _DIGITS not in shape or len(shape) > _MAX_SHAPE:
-        return None
-    return "[0-9]+".join(_re2_escape(part) for part in shape.split(_DIGITS))
-
-
-def _re2_escape(text: str) -> str:
-    """``text`` as a literal in RE2, escaping only what RE2 treats as special (so a suggested
-    pattern reads ``#c[0-9]+``, not ``\\#c[0-9]+``)."""
-    return re.sub(r"([\\.^$|?*+()\[\]{}])", r"\\\1", text)
+    return detect(retrieved, labels)

@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from rankgate import fast
 from rankgate.attributes import AttributeRows, QueryIds, scalar_fields
+from rankgate.doc_ids import DocIdMapping, detect_mismatch, map_labels, map_rankings
 from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
@@ -49,7 +50,13 @@ from rankgate.segments import (
     split_by_segment,
     summarise,
 )
-from rankgate.spec import MetricSpec, make_metric, parse_metric, parse_metric_list
+from rankgate.spec import (
+    MetricSpec,
+    make_metric,
+    parse_metric,
+    parse_metric_list,
+    unjudged_variants,
+)
 from rankgate.stale import FilteredLabels, LabelFilter, filter_columns
 from rankgate.stats import DEFAULT_RESAMPLES
 from rankgate.worst import QueryExample, WorstQueries
@@ -109,6 +116,9 @@ class Settings:
     missing_trace: MissingTrace = "skip"
     #: How many results users are shown; a gate on a metric cut elsewhere is warned about.
     served_k: int | None = None
+    #: How an ID names its document (``--doc-id``, ``[ids]``): rankings collapse to documents and
+    #: labels aggregate to them before the join. None scores IDs as they are.
+    doc_ids: DocIdMapping | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -172,6 +182,31 @@ class ServedDepth:
     queries: int
     median: float
     p10: float
+    #: Each depth seen and how many rankings hold it, ascending: what the figures of several
+    #: partitions combine from (an engine adds the partitions' counts, then ``from_histogram``).
+    histogram: tuple[tuple[int, int], ...] = field(default=(), repr=False)
+
+    @classmethod
+    def from_histogram(cls, histogram: Mapping[int, int]) -> ServedDepth | None:
+        """The figures of rankings whose depths are counted (depth -> rankings); None when there
+        are none. Percentiles interpolate linearly between ranks, as ``numpy.percentile`` does."""
+        pairs = tuple(sorted((int(d), int(n)) for d, n in histogram.items() if n))
+        if not pairs:
+            return None
+        depths = np.array([d for d, _ in pairs], dtype=np.float64)
+        ends = np.cumsum([n for _, n in pairs])
+        total = int(ends[-1])
+
+        def at(rank: int) -> float:
+            return float(depths[int(np.searchsorted(ends, rank, side="right"))])
+
+        def percentile(share: float) -> float:
+            position = (total - 1) * share
+            below = math.floor(position)
+            low, high = at(below), at(min(below + 1, total - 1))
+            return low + (high - low) * (position - below)
+
+        return cls(total, percentile(0.5), percentile(0.1), pairs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +237,11 @@ class Summary:
     expected_queries: int | None = None
     outside_set: int = 0
     served_depth: ServedDepth | None = None
+    #: Under a document-ID mapping: later chunks of a document already ranked, removed from the
+    #: scored rankings (the document keeps its first chunk's rank). Not duplicates of the trace.
+    chunks_collapsed: int = 0
+    #: The mapping the IDs were scored under (``--doc-id`` syntax), None when IDs were taken as is.
+    doc_ids: str | None = None
 
     @property
     def coverage(self) -> float | None:
@@ -289,6 +329,28 @@ class Evaluation:
     def values_for(self, metric: str | MetricSpec) -> npt.NDArray[np.float64]:
         """Per-query values of one metric, aligned with ``query_ids``, named as for ``mean``."""
         return self.values[self._computed(metric)]
+
+    def unjudged_range(
+        self, metric: str | MetricSpec, group: Group | None = None
+    ) -> tuple[float, float] | None:
+        """The mean of ``metric`` over ``group`` (default: all scored queries) with every unjudged
+        retrieved document counted non-relevant and counted relevant: ``(pessimistic,
+        optimistic)``, the ``unjudged=nonrelevant`` and ``unjudged=relevant`` variants, which
+        ``evaluate`` computes beside every requested metric that takes the parameter. None for a
+        metric that takes none (``judged``, ``bpref``, ``rbp_residual``).
+
+        The two are equal when nothing that could change the value is unjudged. ``relevant`` is
+        the optimistic policy, not an upper bound for every metric (see ``UNJUDGED``): a report
+        that shows a range orders the two numbers.
+        """
+        variants = unjudged_variants(self._computed(metric))
+        if not variants:
+            return None
+        means = (group or self.overall).means
+        pessimistic, optimistic = variants["nonrelevant"], variants["relevant"]
+        if pessimistic not in means or optimistic not in means:
+            return None  # assembled by an engine that did not compute them
+        return means[pessimistic], means[optimistic]
 
     def _computed(self, metric: str | MetricSpec) -> MetricSpec:
         """The requested spec that ``metric`` parses to; ``KeyError`` naming those computed."""
@@ -414,6 +476,7 @@ def evaluate(
     labels_format: str | None = None,
     partial: bool = False,
     queries: Any = None,
+    extra_metrics: Iterable[str | MetricSpec] = (),
 ) -> Evaluation:
     """Score recorded traces and check gates.
 
@@ -446,6 +509,10 @@ def evaluate(
             run): the checks that need the whole input are left to the caller, who runs
             ``rankgate.segments.check_segments`` over the combined counts and
             ``check_bounds_computed`` before scoring.
+        extra_metrics: metrics computed beside the requested ones, as ``judged`` and the
+            unjudged-document range are: their per-query values are in ``Evaluation.values`` and
+            their means and intervals in every group, but no report lists them and no gate reads
+            them (``rankgate.compare`` scores each metric under every unjudged policy this way).
 
     Raises:
         InputError: a record is malformed and ``settings.on_invalid`` is ``"fail"``.
@@ -473,11 +540,21 @@ def evaluate(
     source: TraceSource = open_source(traces, input_format)
     cutoffs = [spec.k for spec in requested if spec.k is not None]
     judged = make_metric("judged", max(cutoffs, default=DEFAULT_JUDGED_DEPTH))
+    # Every metric that takes an unjudged policy is also scored with unjudged documents counted
+    # non-relevant and counted relevant: the range reports show and gate_on="pessimistic" reads.
+    companions = [
+        variants[policy]
+        for spec in requested
+        for variants in (unjudged_variants(spec),)
+        if variants
+        for policy in ("nonrelevant", "relevant")
+    ]
+    companions += _metric_specs(extra_metrics) if extra_metrics else []
     if isinstance(worst, bool) or not isinstance(worst, int) or worst < 0:
         raise UsageError(f"worst must be a whole number >= 0, not {worst!r}")
     depth = min(max(cutoffs, default=WORST_DEPTH_DEFAULT), WORST_DEPTH_MAX)
     tracker = WorstQueries(requested, worst, depth, settings.relevance_threshold)
-    accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker)
+    accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker, companions)
     accumulator.partial = partial
     if labels is not None:
         accumulator.labels = LabelIndex(
@@ -553,7 +630,7 @@ def check_bounds_computed(policy: GatePolicy, settings: Settings) -> None:
         (f" (in [segments] {r.key})", r.gate_on) for r in policy.rules
     ]
     for where, gate_on in wanted:
-        if gate_on not in (None, "mean"):
+        if gate_on in ("lower_bound", "upper_bound"):
             raise UsageError(
                 f"--gate-on {gate_on}{where} needs resamples > 0 (the bound is a bootstrap "
                 "interval's); set --resamples, or gate on the mean"
@@ -641,6 +718,51 @@ class _Settled:
     segments: list[str]
 
 
+def depth_warnings(
+    metrics: Sequence[MetricSpec],
+    depth: ServedDepth | None,
+    served: int | None,
+    gates: Sequence[Gate],
+    policy: GatePolicy,
+) -> list[str]:
+    """A metric cut deeper than most rankings reach, and a gate cut at another depth than
+    the one users are served (a whole-input check: engines run it once over every partition)."""
+    warnings = []
+    if depth is not None:
+        for spec in metrics:
+            if spec.k is not None and spec.k > depth.median:
+                warnings.append(
+                    f"{spec} reads the top {spec.k}, but the median ranking holds "
+                    f"{depth.median:g} IDs "
+                    f"(10% hold {depth.p10:g} or fewer): ranks past a ranking's end count "
+                    "as misses"
+                )
+    if served is not None:
+        gated = dict.fromkeys(
+            gate.metric for gate in (*gates, *(g for rule in policy.rules for g in rule.gates))
+        )
+        for spec in gated:
+            if spec.k != served:
+                depth_text = "the whole ranking" if spec.k is None else f"the top {spec.k}"
+                warnings.append(
+                    f"the gate on {spec} reads {depth_text}, but users are served "
+                    f"{served} results (served_k = {served})"
+                )
+    return warnings
+
+
+def _is_id_type(kind: Any) -> bool:
+    """Whether an Arrow type holds IDs the join reads (text, or bytes for IDs that are not UTF-8)."""
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    )
+
+
 def _array(column: Any) -> Any:
     """One Arrow array for a column that may be chunked."""
     import pyarrow as pa
@@ -660,15 +782,22 @@ class _Accumulator:
         segment_fields: tuple[str, ...],
         judged: MetricSpec,
         worst: WorstQueries,
+        companions: Sequence[MetricSpec] = (),
     ) -> None:
         self.metrics = metrics
         self.judged = judged
-        # Computed beside the requested metrics, for the coverage report.
-        self.computed = metrics if judged in metrics else [*metrics, judged]
+        # Computed beside the requested metrics: judged for the coverage report, the companions
+        # for the unjudged-document range (and whatever the caller asked for as extra metrics).
+        self.computed = list(dict.fromkeys([*metrics, judged, *companions]))
         self.settings = settings
         self.segment_fields = segment_fields
         self.read = 0
         self.duplicates = 0
+        self.chunks_collapsed = 0
+        # Without a document-ID mapping, the first labeled rows are checked once for chunk IDs
+        # scored against document labels (or the reverse); the warning, if any, lands here.
+        self.mismatch_checked = settings.doc_ids is not None
+        self.mismatch_warning: str | None = None
         self.overall = GroupCounts()
         self.segment_counts: dict[SegmentKey, GroupCounts] = {}
         self.segment_columns: dict[str, list[str]] = {name: [] for name in segment_fields}
@@ -874,6 +1003,64 @@ class _Accumulator:
             table = table.append_column("relevance_scores", joined_scores)
         return table, stamps
 
+    def _as_documents(
+        self, table: Any, slow: npt.NDArray[np.bool_]
+    ) -> tuple[Any, npt.NDArray[np.int64] | None]:
+        """The chunk's rankings and labels named by document under the document-ID mapping (with
+        each row's collapsed chunks); without one, the table as it is, checked once for IDs that
+        look like chunks of the labeled documents (or the reverse). Columns of an unexpected type
+        are left alone: their rows are slow, and the validator's rows are mapped when scored."""
+        import pyarrow as pa
+
+        names = table.schema.names
+        mapping = self.settings.doc_ids
+
+        def id_lists(name: str) -> Any:
+            if name not in names:
+                return None
+            column = _array(table.column(name))
+            kind = column.type
+            if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
+                _is_id_type(kind.value_type)
+            ):
+                return column
+            return None
+
+        def grade_maps() -> Any:
+            if "relevance_scores" not in names:
+                return None
+            column = _array(table.column("relevance_scores"))
+            kind = column.type
+            if pa.types.is_map(kind) and _is_id_type(kind.key_type):
+                return column
+            return None
+
+        retrieved = id_lists("retrieved_ids")
+        if mapping is None:
+            grades = grade_maps()
+            if not self.mismatch_checked and retrieved is not None and grades is not None:
+                self.mismatch_checked = True
+                fast_rows = pa.array(np.flatnonzero(~slow))
+                self.mismatch_warning = detect_mismatch(
+                    retrieved.take(fast_rows), grades.take(fast_rows)
+                )
+            return table, None
+        if retrieved is None:
+            return table, None
+        ranked, collapsed = map_rankings(retrieved, mapping)
+        table = table.set_column(names.index("retrieved_ids"), "retrieved_ids", ranked)
+        relevant = id_lists("relevant_ids")
+        if relevant is not None:
+            # A relevant document named by several of its chunks is one relevant document.
+            documents, _ = map_rankings(relevant, mapping)
+            table = table.set_column(names.index("relevant_ids"), "relevant_ids", documents)
+        grades = grade_maps()
+        if grades is not None:
+            table = table.set_column(
+                names.index("relevance_scores"), "relevance_scores", map_labels(grades, mapping)
+            )
+        return table, collapsed
+
     def take_chunk(self, chunk: Chunk) -> None:
         """Take a block of records read as columns: separately kept labels joined and stale labels
         removed over whole columns, then the compiled join and kernels score the rows they can;
@@ -897,6 +1084,7 @@ class _Accumulator:
                 unique_map_keys=chunk.unique_map_keys,
             )
             table = filtered.table
+        table, collapsed = self._as_documents(table, slow)
         names = table.schema.names
         retrieved = fast.IdColumns.from_arrow(_array(table.column("retrieved_ids")))
         relevant = scores = score_values = None
@@ -937,6 +1125,8 @@ class _Accumulator:
             for column in values.values():
                 column[zero] = 0.0
         self.duplicates += int(joined.duplicates[status == fast.ROW_SCORED].sum())
+        if collapsed is not None:
+            self.chunks_collapsed += int(collapsed[scored_rows].sum())
         query_ids = table.column("query_id").take(scored_rows)
         segment_texts = {
             name: _texts(table.column(SEGMENT_PREFIX + name).take(scored_rows))
@@ -1010,6 +1200,13 @@ class _Accumulator:
             empty = {spec: np.zeros(0, dtype=np.float64) for spec in self.computed}
             return empty, np.zeros(0, dtype=np.int64)
         retrieved, grades = _settled_arrays(accepted)
+        if self.settings.doc_ids is not None:
+            retrieved, collapsed = map_rankings(retrieved, self.settings.doc_ids)
+            grades = map_labels(grades, self.settings.doc_ids)
+            self.chunks_collapsed += int(collapsed.sum())
+        elif not self.mismatch_checked:
+            self.mismatch_checked = True
+            self.mismatch_warning = detect_mismatch(retrieved, grades)
         score_values = fast.numpy_of(grades.items).astype(np.float64, copy=False)
         rows = np.arange(len(accepted), dtype=np.int64)
         joined = fast.join(
@@ -1220,39 +1417,8 @@ class _Accumulator:
         self.record_blocks.append((first, None, held))
 
     def _served_depth(self) -> ServedDepth | None:
-        depths = self.depths.values()
-        if not len(depths):
-            return None
-        median, p10 = np.percentile(depths, [50, 10])
-        return ServedDepth(len(depths), float(median), float(p10))
-
-    def _depth_warnings(
-        self, depth: ServedDepth | None, gates: tuple[Gate, ...], policy: GatePolicy
-    ) -> list[str]:
-        """A metric cut deeper than most rankings reach, and a gate cut at another depth than
-        the one users are served."""
-        warnings = []
-        if depth is not None:
-            for spec in self.metrics:
-                if spec.k is not None and spec.k > depth.median:
-                    warnings.append(
-                        f"{spec} but the median ranking holds {depth.median:g} IDs "
-                        f"(10% hold {depth.p10:g} or fewer): ranks past a ranking's end count "
-                        "as misses"
-                    )
-        served = self.settings.served_k
-        if served is not None:
-            gated = dict.fromkeys(
-                gate.metric for gate in (*gates, *(g for rule in policy.rules for g in rule.gates))
-            )
-            for spec in gated:
-                if spec.k != served:
-                    depth_text = "the whole ranking" if spec.k is None else f"the top {spec.k}"
-                    warnings.append(
-                        f"the gate on {spec} reads {depth_text}, but users are served "
-                        f"{served} results (served_k = {served})"
-                    )
-        return warnings
+        depths, counts = np.unique(self.depths.values(), return_counts=True)
+        return ServedDepth.from_histogram(dict(zip(depths.tolist(), counts.tolist(), strict=True)))
 
     def result(self, gates: tuple[Gate, ...], policy: GatePolicy) -> Evaluation:
         scored = len(self.query_ids)
@@ -1300,7 +1466,11 @@ class _Accumulator:
             )
         if not self.partial:
             # Like the segment checks, a whole-input check: one partition's depths are not all.
-            warnings.extend(self._depth_warnings(depth, gates, policy))
+            warnings.extend(
+                depth_warnings(self.metrics, depth, self.settings.served_k, gates, policy)
+            )
+        if self.mismatch_warning is not None:
+            warnings.append(self.mismatch_warning)
         outcomes, coverage = decide(gates, policy, overall, segments)
         summary = Summary(
             read=self.read,
@@ -1308,6 +1478,8 @@ class _Accumulator:
             skipped={reason: self.overall.skipped.get(reason, 0) for reason in SKIP_REASONS},
             labeled=self.overall.labeled,
             duplicates_dropped=self.duplicates,
+            chunks_collapsed=self.chunks_collapsed,
+            doc_ids=None if self.settings.doc_ids is None else str(self.settings.doc_ids),
             invalid_examples=tuple(self.invalid_examples),
             labels_removed_stale=self.overall.labels_removed_stale,
             labels_removed_expired=self.overall.labels_removed_expired,

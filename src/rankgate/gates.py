@@ -3,6 +3,14 @@
 A gate is written ``ndcg@10>=0.7`` on the command line; in ``rankgate.toml`` it is a ``[gates]``
 entry, ``"ndcg@10" = 0.7`` (meaning ``>=``) or ``"ndcg@10" = ">= 0.7"``. The margin of a verdict is
 always value - threshold, so it reads the same way whatever the operator.
+
+What a gate compares with its threshold (``gate_on``): the mean, a bound of the mean's 95%
+interval, or the ``pessimistic`` mean, the metric with every unjudged retrieved document counted
+non-relevant (``unjudged=nonrelevant``, which ``evaluate`` computes beside each metric). For a
+metric under the default policy that is its mean; for ``ndcg(unjudged=condensed)@10`` it is the
+value the labels guarantee, for teams that want one. There is no ``optimistic`` choice: a gate
+that passes only if every unjudged document were relevant guarantees nothing (gate on
+``ndcg(unjudged=relevant)@10`` by name to see that number checked).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from typing import Any
 
 from rankgate.errors import ConfigError, SpecError
 from rankgate.segments import Group, SegmentKey
-from rankgate.spec import MAX_SPEC_LENGTH, MetricSpec, parse_metric
+from rankgate.spec import MAX_SPEC_LENGTH, MetricSpec, parse_metric, unjudged_variants
 
 __all__ = [
     "CoverageOutcome",
@@ -30,6 +38,7 @@ __all__ = [
     "make_gate",
     "merge_gates",
     "parse_gate",
+    "pessimistic_spec",
 ]
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
@@ -57,7 +66,9 @@ class Gate:
         return f"{self.metric}{self.op}{self.threshold:g}"
 
 
-GATE_ON = ("mean", "lower_bound", "upper_bound")
+GATE_ON = ("mean", "lower_bound", "upper_bound", "pessimistic")
+#: The ``gate_on`` choices that read the bootstrap interval (and so need resamples).
+INTERVAL_BOUNDS = ("lower_bound", "upper_bound")
 STATUSES = ("pass", "fail", "insufficient")
 DEFAULT_MIN_QUERIES = 30
 
@@ -66,8 +77,8 @@ DEFAULT_MIN_QUERIES = 30
 class GateOutcome:
     """How a gate fared on one group of queries (``segment`` None: all of them).
 
-    ``value`` is the statistic compared with the threshold: the mean, or a bound of its 95% interval
-    (``statistic``). It is None when no query was scored (the gate then fails). ``status`` is
+    ``value`` is the statistic compared with the threshold: the mean, a bound of its 95% interval
+    or the pessimistic mean (``statistic``; see the module docstring). It is None when no query was scored (the gate then fails). ``status`` is
     ``insufficient`` when a segment has fewer scored queries than its ``min_queries``: that is
     neither a pass nor a fail, unless segments are strict.
     """
@@ -236,7 +247,10 @@ def _outcome(gate: Gate, group: Group, gate_on: str, insufficient: bool | None) 
     low, high = group.intervals.get(gate.metric, (math.nan, math.nan))
     # No fallback to the mean when a bound is missing: the report would say "(lower)" of a mean.
     # ``evaluate`` refuses a bound without resamples; a group with nothing scored has no bound.
-    value = {"mean": mean, "lower_bound": low, "upper_bound": high}[gate_on]
+    if gate_on == "pessimistic":
+        value = group.means.get(pessimistic_spec(gate.metric), math.nan)
+    else:
+        value = {"mean": mean, "lower_bound": low, "upper_bound": high}[gate_on]
 
     def verdict(passed: bool, status: str) -> GateOutcome:
         return GateOutcome(
@@ -258,6 +272,13 @@ def _outcome(gate: Gate, group: Group, gate_on: str, insufficient: bool | None) 
         return verdict(False, "fail")  # nothing scored: there is no value to clear the bar
     passed = OPERATORS[gate.op](value, gate.threshold)
     return verdict(passed, "pass" if passed else "fail")
+
+
+def pessimistic_spec(metric: MetricSpec) -> MetricSpec:
+    """The spec ``gate_on="pessimistic"`` reads: ``metric`` with ``unjudged=nonrelevant``, or the
+    metric itself when it takes no unjudged policy (its value does not depend on one)."""
+    variants = unjudged_variants(metric)
+    return variants["nonrelevant"] if variants else metric
 
 
 def _coverage(group: Group, minimum: float) -> CoverageOutcome:

@@ -18,7 +18,7 @@ from rankgate.gates import Gate, make_gate
 from rankgate.io.tables import RecordsSource
 from rankgate.io.validate import FieldMap
 from rankgate.report.numbers import format_against
-from rankgate.spec import MetricSpec, make_metric
+from rankgate.spec import MetricSpec, make_metric, parse_metric
 
 __all__ = ["EvalResult", "MetricThreshold", "RetrievalMetricsEvaluator"]
 
@@ -127,6 +127,9 @@ def _metric(threshold: MetricThreshold) -> MetricSpec:
     k = threshold.k
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise SpecError(f"{threshold!r}: k must be a whole number >= 0, or None, got {k!r}")
+    if "(" in threshold.name:
+        # A name with parameters, e.g. "ndcg(unjudged=condensed)": read as the grammar writes it.
+        return parse_metric(threshold.name if not k else f"{threshold.name}@{k}")
     if not k:
         spec = make_metric(threshold.name)
         if spec.name in _SEED_CUTOFF_REQUIRED and spec.k is None:

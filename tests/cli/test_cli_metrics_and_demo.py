@@ -19,6 +19,9 @@ ALL_METRICS = [
     "hit_rate",
     "r_precision",
     "judged",
+    "bpref",
+    "rbp",
+    "rbp_residual",
 ]
 
 

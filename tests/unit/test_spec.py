@@ -75,6 +75,11 @@ def test_every_metric_round_trips_through_its_string(definition, k, data) -> Non
     for param in definition.params:
         if param.choices:
             params[param.name] = data.draw(st.sampled_from(param.choices))
+        elif param.maximum is not None:
+            # A bounded parameter (rbp's persistence p lies in (0, 1)).
+            params[param.name] = data.draw(
+                st.floats(0.01, 0.99, allow_nan=False).map(lambda x: round(x, 3))
+            )
         else:
             params[param.name] = data.draw(
                 st.one_of(

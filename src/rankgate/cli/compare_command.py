@@ -38,6 +38,7 @@ from rankgate.compare import (
     Significance,
     compare,
 )
+from rankgate.compare_unjudged import DEFAULT_UNJUDGED_TOLERANCE, write_unjudged_pairs
 from rankgate.errors import UsageError
 from rankgate.evaluate import Settings
 from rankgate.gates import GatePolicy
@@ -145,6 +146,27 @@ def add_parser(commands: Any) -> None:
         default=0.0,
         help="practical margin: flag only deltas beyond it, in the metric's units (default 0)",
     )
+    unjudged = parser.add_argument_group("unjudged documents")
+    unjudged.add_argument(
+        "--unjudged-tolerance",
+        type=float,
+        default=DEFAULT_UNJUDGED_TOLERANCE,
+        metavar="SHARE",
+        help="how much less of its top k one arm may have judged than the other (mean judged@k, "
+        f"a share of the top k; default {DEFAULT_UNJUDGED_TOLERANCE:g}) before a cell whose "
+        "verdict changes with the unjudged documents' labels is label-limited",
+    )
+    unjudged.add_argument(
+        "--fail-on-label-limited",
+        action="store_true",
+        help="exit 1 when a cell is label-limited (by default such cells are reported and pass)",
+    )
+    unjudged.add_argument(
+        "--unjudged-pairs",
+        metavar="FILE",
+        help="write the unjudged (query, document) pairs that decide the label-limited cells to "
+        "FILE as JSON Lines: query_id, doc_id, rank, side, candidate ('-': standard output)",
+    )
     add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
     parser.add_argument(
         "--per-query",
@@ -183,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         correction=args.correction,
         alpha=args.alpha,
         margin=args.margin,
+        unjudged_tolerance=args.unjudged_tolerance,
+        fail_on_label_limited=args.fail_on_label_limited,
     )
     variant_field = args.variant_field
     if variant_field is None and len(args.sources) == 1 and is_store_url(args.sources[0]):
@@ -224,9 +248,12 @@ def run(args: argparse.Namespace) -> int:
             input_format=args.input_format,
             pairing=args.pairing,
             progress=bar.update,
+            list_unjudged=args.unjudged_pairs is not None,
         )
     finally:
         bar.close()
+    if args.unjudged_pairs is not None:
+        write_unjudged_pairs(comparison.unjudged_pairs or (), args.unjudged_pairs)
     for side in sides:
         for note in source_notes(side):
             sys.stderr.write(note + "\n")
@@ -275,6 +302,12 @@ def _compare_on_spark(
         ("--sample", args.sample is not None),
         ("--sql/--param", args.sql is not None or bool(args.param)),
     ]
+    if args.unjudged_pairs is not None:
+        raise UsageError(
+            "--unjudged-pairs lists document IDs, and on --engine spark the rankings stay on the "
+            "executors: list the pairs with --engine local (Spark computes the same label-limited "
+            "cells and pair counts)"
+        )
     for name, given in refused:
         if given:
             raise UsageError(

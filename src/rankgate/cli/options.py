@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
+from rankgate.doc_ids import DocIdMapping, parse_doc_id_option
 from rankgate.errors import UsageError
 from rankgate.evaluate import DEFAULT_METRICS, Settings
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
@@ -186,12 +187,26 @@ def add_query_set_options(parser: argparse.ArgumentParser) -> None:
         "score it 0 on every metric, in means, intervals and the (missing) segment (trec_eval -c)",
     )
     group.add_argument(
+        "--doc-id",
+        metavar="RULE",
+        help="score documents when IDs name chunks (or labels name chunks): RULE is a separator "
+        "('#': doc42#c3 -> doc42), 're:PATTERN' with one group, or 'map:FILE[,CHUNK_COL,DOC_COL]' "
+        "(CSV/TSV/JSON Lines/Parquet; columns chunk_id, doc_id). Rankings collapse to each "
+        "document's first chunk; chunk labels aggregate by the highest grade (rankgate.toml: [ids])",
+    )
+    group.add_argument(
         "--served-k",
         type=_positive_int,
         metavar="K",
         help="how many results users are shown (rankgate.toml: served_k); a gate on a metric "
         "cut at another depth is warned about",
     )
+
+
+def _doc_id_option(args: argparse.Namespace) -> DocIdMapping | None:
+    """``--doc-id`` read (a mapping file relative to the working directory), None when not given."""
+    value = getattr(args, "doc_id", None)
+    return None if value is None else parse_doc_id_option(value)
 
 
 def _positive_int(text: str) -> int:
@@ -512,12 +527,10 @@ def settings_from(args: argparse.Namespace, config: Config) -> Settings:
         label_filter=_label_filter(args, config),
         seed=first(args.seed, config.seed, 0),
         resamples=first(args.resamples, config.resamples, DEFAULT_RESAMPLES),
-        # Only ``rankgate eval`` has these options; rankgate.toml may state served_k and
-        # missing_trace once the config reads them (getattr keeps older configs working).
-        missing_trace=first(
-            getattr(args, "missing_trace", None), getattr(config, "missing_trace", None), "skip"
-        ),
-        served_k=first(getattr(args, "served_k", None), getattr(config, "served_k", None), _UNSET),
+        # Only ``rankgate eval`` has these options; rankgate.toml may state both for every command.
+        missing_trace=first(getattr(args, "missing_trace", None), config.missing_trace, "skip"),
+        served_k=first(getattr(args, "served_k", None), config.served_k, _UNSET),
+        doc_ids=first(_doc_id_option(args), config.doc_ids, _UNSET),
     )
 
 

@@ -61,9 +61,11 @@ from rankgate.evaluate import (
     SKIP_REASONS,
     Evaluation,
     InvalidRecord,
+    ServedDepth,
     Settings,
     Summary,
     check_bounds_computed,
+    depth_warnings,
 )
 from rankgate.evaluate import evaluate as local_evaluate
 from rankgate.gates import Gate, GatePolicy, decide, parse_gate
@@ -625,6 +627,8 @@ def _counts_payload(evaluation: Evaluation) -> str:
         {
             "read": summary.read,
             "duplicates": summary.duplicates_dropped,
+            "chunks_collapsed": summary.chunks_collapsed,
+            "depths": [] if summary.served_depth is None else summary.served_depth.histogram,
             "invalid": [
                 [example.location, example.field, example.problem]
                 for example in summary.invalid_examples
@@ -715,7 +719,8 @@ def _assemble(
         pc.sort_indices(queries, sort_keys=[("partition", "ascending"), ("position", "ascending")])
     )
 
-    read = duplicates = 0
+    read = duplicates = chunks_collapsed = 0
+    depths: dict[int, int] = {}
     offsets: dict[int, int] = {}  # rows read before each partition
     overall = GroupCounts()
     segment_counts: dict[SegmentKey, GroupCounts] = {}
@@ -725,6 +730,9 @@ def _assemble(
         offsets[int(item["partition"])] = read
         read += int(payload["read"])
         duplicates += int(payload["duplicates"])
+        chunks_collapsed += int(payload.get("chunks_collapsed", 0))
+        for depth, rankings in payload.get("depths", ()):
+            depths[int(depth)] = depths.get(int(depth), 0) + int(rankings)
         for location, field_name, problem in payload["invalid"]:
             if len(invalid_examples) < INVALID_EXAMPLES_KEPT:
                 invalid_examples.append(InvalidRecord(location, field_name, problem))
@@ -752,6 +760,8 @@ def _assemble(
     attributes = _attribute_rows(queries, job)
     # Partitions score with the whole-input checks off; they run once here, over every partition.
     warnings = check_segments(settings, policy, overall, segment_counts, segments, attributes)
+    served_depth = ServedDepth.from_histogram(depths)
+    warnings.extend(depth_warnings(job.metrics, served_depth, settings.served_k, gates, policy))
     outcomes, coverage = decide(gates, policy, overall_group, segments)
     summary = Summary(
         read=read,
@@ -759,6 +769,9 @@ def _assemble(
         skipped={reason: overall.skipped.get(reason, 0) for reason in SKIP_REASONS},
         labeled=overall.labeled,
         duplicates_dropped=duplicates,
+        chunks_collapsed=chunks_collapsed,
+        doc_ids=None if settings.doc_ids is None else str(settings.doc_ids),
+        served_depth=served_depth,
         invalid_examples=tuple(invalid_examples),
         labels_removed_stale=overall.labels_removed_stale,
         labels_removed_expired=overall.labels_removed_expired,

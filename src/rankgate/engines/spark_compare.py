@@ -17,7 +17,10 @@ The steps follow ``rankgate.compare.compare`` one by one, so that the result is 
    the baseline's attributes, exactly as the local compare scores them;
 5. the driver puts the per-query values together as the Spark eval engine does (same means, same
    seeded intervals, same gates) and hands the aligned value arrays to the local compare's cell
-   code: statistics, correction and flags are the local ones.
+   code: statistics, correction and flags are the local ones. The executors score each metric
+   under every unjudged policy, with judged@k, as the local compare does
+   (``compare_unjudged.evidence_specs``), so label-limited cells and their pair counts are the
+   same; only the listing of the pairs (``list_unjudged``) is local, as it needs document IDs.
 
 The driver holds a few floats per query and side plus the query IDs: a million queries fit
 comfortably. Rankings never leave the executors.
@@ -58,11 +61,12 @@ from rankgate.compare_records import (
     _Reader,
     _source_name,
 )
+from rankgate.compare_unjudged import evidence_specs, judged_depth, requested_metrics
 from rankgate.engines import spark as engine
 from rankgate.errors import ConfigError, InputError, RankgateError, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings
 from rankgate.evaluate import evaluate as local_evaluate
-from rankgate.gates import Gate, GatePolicy, parse_gate
+from rankgate.gates import INTERVAL_BOUNDS, Gate, GatePolicy, parse_gate
 from rankgate.io.tables import ArrowSource
 from rankgate.io.validate import Trace, validate_record
 from rankgate.segments import MISSING_VALUE, segment_value
@@ -119,7 +123,12 @@ def compare_on_spark(
     policy = policy or GatePolicy()
     significance = significance or Significance()
     checked_gates = tuple(parse_gate(g) if isinstance(g, str) else g for g in gates)
-    job = engine._plan(metrics, checked_gates, settings, policy, _EmptySchema())
+    # The executors score the evidence beside the requested metrics; the driver reports only
+    # the requested ones (as the local compare's ``extra_metrics``).
+    requested = requested_metrics(metrics, checked_gates, policy)
+    depth = judged_depth(requested)
+    scored_metrics = list(dict.fromkeys([*requested, *evidence_specs(requested, depth)]))
+    job = engine._plan(scored_metrics, checked_gates, settings, policy, _EmptySchema())
 
     with engine._quiet_pyspark():
         reading = _Reading(settings, master, progress)
@@ -138,14 +147,19 @@ def compare_on_spark(
             chosen_labels, labels_name = reading.join_labels(sides, labels, labels_format)
             base = sides[0]
             pending = [
-                _scored(base, side, pairing, chosen_labels, job, checked_gates, settings, policy)
+                _reported(
+                    _scored(
+                        base, side, pairing, chosen_labels, job, checked_gates, settings, policy
+                    ),
+                    requested,
+                )
                 for side in sides[1:]
             ]
         finally:
             reading.release()
 
     raw_cells = [
-        _candidate_cells(side.name, scored, policy, significance, settings)
+        _candidate_cells(side.name, scored, policy, significance, settings, depth)
         for side, scored in zip(sides[1:], pending, strict=True)
     ]
     finished = flag_cells(raw_cells, significance)
@@ -158,6 +172,7 @@ def compare_on_spark(
             cells,
             dict[str, Sequence[str]](scored.segments),
             dict[str, Sequence[str]](scored.candidate_segments),
+            significance.fail_on_label_limited,
         )
         for side, scored, cells in zip(sides[1:], pending, finished, strict=True)
     )
@@ -193,6 +208,7 @@ def _candidate_cells(
     policy: GatePolicy,
     significance: Significance,
     settings: Settings,
+    depth: int,
 ) -> list[Cell]:
     """One candidate's raw cells, computed by the local compare's cell code."""
     return cells_from_values(
@@ -208,6 +224,18 @@ def _candidate_cells(
         significance=significance,
         seed=settings.seed,
         resamples=settings.resamples,
+        depth=depth,
+    )
+
+
+def _reported(scored: _ScoredSides, requested: Sequence[MetricSpec]) -> _ScoredSides:
+    """Both evaluations reporting the requested metrics only; the evidence's values stay in
+    ``values`` for the cells."""
+    wanted = tuple(spec for spec in scored.baseline.metrics if spec in requested)
+    return replace(
+        scored,
+        baseline=replace(scored.baseline, metrics=wanted),
+        candidate=replace(scored.candidate, metrics=wanted),
     )
 
 
@@ -848,8 +876,8 @@ def _score(
 
         results = pa.Table.from_batches(scored._collect_as_arrow(), schema=_arrow_schema(columns))
     # The sides' own intervals are not reported; gates on an interval bound need them, as locally.
-    on_bounds = policy.gate_on != "mean" or any(
-        rule.gate_on not in (None, "mean") for rule in policy.rules
+    on_bounds = policy.gate_on in INTERVAL_BOUNDS or any(
+        rule.gate_on in INTERVAL_BOUNDS for rule in policy.rules
     )
     side_settings = settings if on_bounds else replace(settings, resamples=0)
     evaluations = []

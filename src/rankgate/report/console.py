@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rankgate.compare import CandidateResult, Cell, Comparison
+from rankgate.compare_unjudged import LABEL_LIMITED, judged_depth
 from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
 from rankgate.report.numbers import format_against, format_margin, format_threshold
+from rankgate.report.unjudged_text import LABEL_LIMITED_MARKER, judged_text, label_limited_text
 from rankgate.segments import Group
 
 __all__ = [
@@ -387,6 +389,12 @@ def _signed(margin: float) -> str:
 # --- comparisons ----------------------------------------------------------------------------------
 
 _MARKERS = {"regression": "▼ regression", "improvement": "▲ improvement"}
+
+
+def _marker(cell: Cell) -> str:
+    if cell.status == LABEL_LIMITED and cell.evidence is not None:
+        return f"{LABEL_LIMITED_MARKER} ({counted(cell.evidence.unjudged_pairs, 'pair')})"
+    return _MARKERS.get(cell.flag or "", "")
 TEST_NAMES = {"t": "paired t-test", "randomization": "paired randomization (sign-flip) test"}
 CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
 
@@ -420,6 +428,8 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
     lines += _warnings(comparison.warnings, style)
     for result in comparison.results:
         lines += ["", *_candidate_section(result, style)]
+    if comparison.next_step is not None:
+        lines += ["", f"next: {comparison.next_step}"]
     lines += ["", render_comparison_verdict(comparison, style)]
     return "\n".join(lines) + "\n"
 
@@ -484,6 +494,7 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
             "p adj",
             "d_z" if pairing.design == "paired" else "d",
             "W/T/L",
+            "judged b/c",
             "",
         )
     ]
@@ -503,7 +514,8 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
                 format_p(cell.p_adjusted),
                 "n/a" if cell.effect_size is None else f"{cell.effect_size:+.2f}",
                 win_tie_loss(cell),
-                _MARKERS.get(cell.flag or "", ""),
+                judged_text(cell),
+                _marker(cell),
             )
         )
         previous = group
@@ -516,6 +528,22 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
                 else "  * a side has fewer queries than min_queries: reported, never flagged"
             )
         )
+    if any(cell.evidence is not None for cell in result.cells):
+        lines.append(
+            style.dim(
+                "  judged b/c: judged@k of the baseline and the candidate (k: the metric's cutoff, "
+                f"else {_depth_without_cutoff(result)}), the share of each top k that is labeled"
+            )
+        )
+    limited = result.label_limited
+    if limited:
+        lines.append(
+            style.bold(
+                "  label-limited: the verdict changes with the labels of unjudged documents "
+                "(neither a regression nor an improvement until they are judged):"
+            )
+        )
+        lines += [f"    {label_limited_text(cell)}" for cell in limited]
     regressions = sorted(
         (cell for cell in result.cells if cell.flag == "regression"), key=lambda c: c.delta
     )
@@ -533,8 +561,13 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
     return lines
 
 
+def _depth_without_cutoff(result: CandidateResult) -> int:
+    depths = [c.evidence.depth for c in result.cells if c.evidence and c.metric.k is None]
+    return depths[0] if depths else judged_depth(list(result.baseline.metrics))
+
+
 def _flag_grid(rows: list[tuple[str, ...]], style: Style) -> list[str]:
-    plain = _grid(rows, Style(False), right=tuple(range(2, 11)))
+    plain = _grid(rows, Style(False), right=tuple(range(2, 12)))
     styled = []
     for number, (text, row) in enumerate(zip(plain, rows, strict=True)):
         if number == 0:
@@ -543,6 +576,8 @@ def _flag_grid(rows: list[tuple[str, ...]], style: Style) -> list[str]:
             styled.append(style.bad(text))
         elif row[-1].endswith("improvement"):
             styled.append(style.good(text))
+        elif row[-1].startswith(LABEL_LIMITED_MARKER):
+            styled.append(style.bold(text))
         else:
             styled.append(text)
     return styled
@@ -554,12 +589,15 @@ def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
     gate_misses = [o for result in comparison.results for o in result.gate_failures]
     cells = len(comparison.cells)
     improvements = len(comparison.improvements)
-    if not regressions and not gate_misses:
+    limited = len(comparison.label_limited)
+    limited_text = f" · {limited} label-limited" if limited else ""
+    fails_on_limited = comparison.significance.fail_on_label_limited and limited
+    if not regressions and not gate_misses and not fails_on_limited:
         gates = sum(len(result.candidate.gates) for result in comparison.results)
         gate_text = f" · {counted(gates, 'candidate gate')} passed" if gates else ""
         return style.good(
             f"PASS · no regression in {counted(cells, 'cell')} "
-            f"({counted(improvements, 'improvement')}){gate_text}"
+            f"({counted(improvements, 'improvement')}){limited_text}{gate_text}"
         )
     parts = []
     if regressions:
@@ -571,6 +609,10 @@ def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
         )
     if gate_misses:
         parts.append(f"{counted(len(gate_misses), 'candidate gate')} missed")
+    if fails_on_limited:
+        parts.append(f"{counted(limited, 'label-limited cell')} (--fail-on-label-limited)")
+    elif limited:
+        parts.append(f"{limited} label-limited")
     return style.bad("FAIL · " + "; ".join(parts))
 
 

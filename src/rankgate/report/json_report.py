@@ -187,6 +187,8 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
             "correction": significance.correction,
             "alpha": significance.alpha,
             "margin": significance.margin,
+            "unjudged_tolerance": significance.unjudged_tolerance,
+            "fail_on_label_limited": significance.fail_on_label_limited,
             "confidence": 0.95,
             "interval": "bca",
             "pairing": comparison.pairing,
@@ -208,6 +210,11 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
         "cells": [_cell(cell) for cell in comparison.cells],
         "regressions": len(comparison.regressions),
         "improvements": len(comparison.improvements),
+        "label_limited": len(comparison.label_limited),
+        "next_step": comparison.next_step,
+        "unjudged_pairs": (
+            None if comparison.unjudged_pairs is None else len(comparison.unjudged_pairs)
+        ),
         "passed": comparison.passed,
         "warnings": list(comparison.warnings),
     }

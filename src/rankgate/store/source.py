@@ -97,6 +97,7 @@ class StoreSource(ArrowSource):
         # A user's own query may read any database the URL opens, rankgate's tables or not.
         self._url = url
         self._backend = connect(url, read_only=True, require_store=sql is None)
+        self._closed = False
         super().__init__(self.name, total=self._backend.count(self.window) if sql is None else None)
         # What the columnar read has passed on, block by block: each kept row's key, and its row
         # number among all rows read (with a sample, kept rows skip numbers), for ``reread``.
@@ -172,7 +173,19 @@ class StoreSource(ArrowSource):
         window = self.window
         if window.since is None and window.until is None and not window.variants:
             return False
-        return (self.total or 0) * 2 < self._backend.count(Window())
+        return bool((self.total or 0) * 2 < self._live_backend().count(Window()))
+
+    def _live_backend(self) -> Any:
+        """The source's connection, opened again when an earlier read closed it: a source may be
+        read more than once (an unpaired compare reads its labels, then its traces)."""
+        if self._closed:
+            self._backend = connect(self._url, read_only=True, require_store=self.sql is None)
+            self._closed = False
+        return self._backend
+
+    def _close_backend(self) -> None:
+        self._backend.close()
+        self._closed = True
 
     def _reader(self) -> Any:
         from rankgate.store.columns import StoreReader
@@ -266,7 +279,7 @@ class StoreSource(ArrowSource):
                 if stream is not None:
                     stream.close()
             reader.close()
-            self._backend.close()
+            self._close_backend()
             if grouped is not None:
                 grouped.cancel()
             pending.shutdown(wait=True)
@@ -358,10 +371,11 @@ class StoreSource(ArrowSource):
             backend.close()
 
     def __iter__(self) -> Iterator[RawRecord]:
+        backend = self._live_backend()
         rows = (
-            self._backend.read(self.window)
+            backend.read(self.window)
             if self.sql is None
-            else self._backend.read_sql(self.sql, self.params)
+            else backend.read_sql(self.sql, self.params)
         )
         ordinal = 0
         try:
@@ -381,7 +395,7 @@ class StoreSource(ArrowSource):
                     from_table=self.sql is not None,
                 )
         finally:
-            self._backend.close()
+            self._close_backend()
 
 
 def _is_postgres(url: str) -> bool:
