@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from jsonschema import Draft202012Validator
 
 import rankgate
 from rankgate import Settings
@@ -35,6 +36,7 @@ from rankgate.doc_ids import (
     parse_doc_id_option,
 )
 from rankgate.errors import ConfigError, InputError
+from rankgate.report.json_report import eval_schema
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -268,7 +270,10 @@ def test_json_summary_counts_collapsed_chunks(
     tmp_path: Path, records: Records, rankgate_cli: Callable[..., Run]
 ) -> None:
     path = _jsonl(tmp_path / "chunks.jsonl", records)
-    summary = _per_query_json(rankgate_cli, path, "--doc-id", "#")["summary"]
+    report = _per_query_json(rankgate_cli, path, "--doc-id", "#")
+    # The schema documents both keys (and allows no undocumented ones).
+    Draft202012Validator(eval_schema()).validate(report)
+    summary = report["summary"]
     counts = [_removed(r["retrieved_ids"]) for r in records]
     assert summary["chunks_collapsed"] == sum(c for c, _ in counts)
     assert summary["duplicates_dropped"] == sum(d for _, d in counts)
@@ -539,6 +544,30 @@ def test_warning_fires_for_chunk_labels_against_document_rankings(records: Recor
     assert "labeled IDs look like chunks" in warnings[0]
 
 
+def test_warning_fires_on_binary_labels(tmp_path: Path, records: Records) -> None:
+    """Labels as ``relevant_ids`` (no grades) are checked too, from a file and from stdin."""
+    binary = [
+        {
+            "query_id": r["query_id"],
+            "retrieved_ids": r["retrieved_ids"],
+            "relevant_ids": [doc for doc, grade in r["relevance_scores"].items() if grade >= 1],
+        }
+        for r in records
+    ]
+    path = _jsonl(tmp_path / "binary.jsonl", binary)
+    warnings = [w for w in rankgate.evaluate(path, ["mrr"]).warnings if "--doc-id" in w]
+    assert len(warnings) == 1 and SUGGESTION in warnings[0]
+    mapped = rankgate.evaluate(
+        path, ["mrr"], settings=Settings(doc_ids=DocIdMapping.separator("#"))
+    )
+    assert not any("--doc-id" in w for w in mapped.warnings)
+    assert mapped.means[rankgate.parse_metric("mrr")] > 0
+    retrieved = pa.array([r["retrieved_ids"] for r in binary])
+    relevant = pa.array([r["relevant_ids"] for r in binary])
+    warning = detect_mismatch(retrieved, relevant)
+    assert warning is not None and SUGGESTION in warning
+
+
 def _differing_ids(records: Records) -> Records:
     """Rankings and labels over disjoint names with the same shape (``web-00017`` against
     ``kb-00099``): nothing meets, but no rule would make it meet."""
@@ -594,6 +623,23 @@ def test_detection_reads_only_the_ids() -> None:
     both = pa.array([[f"a_{q}"] for q in range(n)])
     other = pa.array([[(f"b_{q}", 1.0)] for q in range(n)], pa.map_(pa.string(), pa.float64()))
     assert detect_mismatch(both, other) is None
+
+
+def test_compare_takes_the_ids_table(
+    tmp_path: Path, records: Records, rankgate_cli: Callable[..., Run]
+) -> None:
+    """compare has no --doc-id option yet, but rankgate.toml's [ids] applies to both sides: chunk
+    rankings against the same rankings collapsed by hand have equal means."""
+    chunks = _jsonl(tmp_path / "chunks.jsonl", records)
+    documents = _jsonl(tmp_path / "docs.jsonl", _document_records(records))
+    config = tmp_path / "rankgate.toml"
+    config.write_text('[ids]\ndoc_id = "#"\n', encoding="utf-8")
+    args = ("compare", chunks, documents, "-m", "map", "--format", "json")
+    cell = rankgate_cli(*args, "--config", config).report()["cells"][0]
+    assert cell["baseline_mean"] == pytest.approx(cell["candidate_mean"], abs=TOLERANCE)
+    assert cell["baseline_mean"] > 0
+    plain = rankgate_cli(*args, "--no-config").report()["cells"][0]
+    assert plain["baseline_mean"] == 0.0
 
 
 # --------------------------------------------------------------------------------------------

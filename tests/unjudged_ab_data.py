@@ -64,8 +64,11 @@ def unjudged_ab(queries: int = 240, seed: int = 17) -> UnjudgedAB:
 
         relevant_top = [doc for doc in docs[:DEPTH] if grades.get(doc, 0.0) > 0]
         others = [doc for doc in docs if doc not in relevant_top and doc not in grades]
-        worse = others[:DEPTH] + relevant_top + [d for d in docs if d not in others[:DEPTH]
-                                                  and d not in relevant_top]
+        worse = (
+            others[:DEPTH]
+            + relevant_top
+            + [d for d in docs if d not in others[:DEPTH] and d not in relevant_top]
+        )
         regressed.append({"query_id": query_id, "topic": topic, "retrieved_ids": worse})
         pool = dict.fromkeys([*docs[:DEPTH], *worse[:DEPTH]])
         control[query_id] = {doc: grades.get(doc, 0.0) for doc in pool}
@@ -74,7 +77,9 @@ def unjudged_ab(queries: int = 240, seed: int = 17) -> UnjudgedAB:
 
 def label_records(labels: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """One label record per query: ``{"query_id", "relevance_scores"}``."""
-    return [{"query_id": query, "relevance_scores": dict(grades)} for query, grades in labels.items()]
+    return [
+        {"query_id": query, "relevance_scores": dict(grades)} for query, grades in labels.items()
+    ]
 
 
 def with_labels(

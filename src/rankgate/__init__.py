@@ -8,8 +8,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from rankgate.compare import Comparison, Significance, Variant, compare
+from rankgate.doc_ids import DocIdMapping
 from rankgate.errors import ConfigError, InputError, RankgateError, SpecError, UsageError
-from rankgate.evaluate import DEFAULT_METRICS, Evaluation, Settings, Summary, evaluate
+from rankgate.evaluate import DEFAULT_METRICS, Evaluation, ServedDepth, Settings, Summary, evaluate
 from rankgate.gates import Gate, GateOutcome, parse_gate
 from rankgate.io import FieldMap
 from rankgate.per_example import EvalResult, MetricThreshold, RetrievalMetricsEvaluator
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "Comparison",
     "ConfigError",
+    "DocIdMapping",
     "EvalResult",
     "Evaluation",
     "FieldMap",
@@ -29,6 +31,7 @@ __all__ = [
     "MetricThreshold",
     "RankgateError",
     "RetrievalMetricsEvaluator",
+    "ServedDepth",
     "Settings",
     "Significance",
     "SpecError",

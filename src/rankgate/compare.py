@@ -368,6 +368,15 @@ class Comparison:
                 ("losses", pa.int64()),
                 ("status", pa.string()),
                 ("flag", pa.string()),
+                ("judged_depth", pa.int64()),
+                ("baseline_judged", pa.float64()),
+                ("candidate_judged", pa.float64()),
+                ("unjudged_pairs", pa.int64()),
+                ("baseline_unjudged_pairs", pa.int64()),
+                ("delta_nonrelevant", pa.float64()),
+                ("delta_condensed", pa.float64()),
+                ("delta_relevant", pa.float64()),
+                ("label_limited_reason", pa.string()),
             ]
         )
         return pa.Table.from_pylist(rows, schema=schema)

@@ -635,8 +635,11 @@ def _label_limit(evidence: LabelEvidence, significance: Significance) -> str | N
             f"{significance.unjudged_tolerance * 100:.3g} points)"
         )
     bar = max(significance.margin, TIE_TOLERANCE)
-    if min(pessimistic.delta, optimistic.delta) < -bar < bar < max(
-        pessimistic.delta, optimistic.delta
+    if (
+        min(pessimistic.delta, optimistic.delta)
+        < -bar
+        < bar
+        < max(pessimistic.delta, optimistic.delta)
     ):
         reasons.append("the delta changes sign between the two readings")
     if not reasons:

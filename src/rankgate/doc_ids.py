@@ -632,13 +632,3 @@ def _raise_at_bad_json_line(path: Path) -> None:
 def _clip(value: Any, limit: int = 40) -> str:
     text = str(value)
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
-
-
-# TEMPORARY: evaluate.py still imports detect_mismatch from here; delete this function once it
-# imports it from rankgate.doc_id_mismatch. A forwarding function rather than an import, since that
-# module imports this one.
-def detect_mismatch(retrieved: Any, labels: Any) -> str | None:
-    """Forwards to ``rankgate.doc_id_mismatch.detect_mismatch`` (temporary)."""
-    from rankgate.doc_id_mismatch import detect_mismatch as detect
-
-    return detect(retrieved, labels)

@@ -33,7 +33,8 @@ import numpy.typing as npt
 
 from rankgate import fast
 from rankgate.attributes import AttributeRows, QueryIds, scalar_fields
-from rankgate.doc_ids import DocIdMapping, detect_mismatch, map_labels, map_rankings
+from rankgate.doc_id_mismatch import detect_mismatch
+from rankgate.doc_ids import DocIdMapping, map_labels, map_rankings
 from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
@@ -1037,12 +1038,16 @@ class _Accumulator:
 
         retrieved = id_lists("retrieved_ids")
         if mapping is None:
-            grades = grade_maps()
-            if not self.mismatch_checked and retrieved is not None and grades is not None:
+            # Graded labels when any row has them, else binary ones (a reader may give an
+            # all-null grades column): the check reads only which IDs are labeled.
+            labels = grade_maps()
+            if labels is None or labels.null_count == len(labels):
+                labels = id_lists("relevant_ids")
+            if not self.mismatch_checked and retrieved is not None and labels is not None:
                 self.mismatch_checked = True
                 fast_rows = pa.array(np.flatnonzero(~slow))
                 self.mismatch_warning = detect_mismatch(
-                    retrieved.take(fast_rows), grades.take(fast_rows)
+                    retrieved.take(fast_rows), labels.take(fast_rows)
                 )
             return table, None
         if retrieved is None:

@@ -339,9 +339,11 @@ def label_table(
         stamps.extend(held.stamps.get(document) for document in held.grades)
         offsets.append(len(documents))
     offset_array = pa.array(offsets, pa.int32())
-    keys = fast.text_array(documents)
+    # The documented types are (32-bit offset) strings; a cast between string types copies the
+    # bytes without validating them, so IDs that are not valid UTF-8 survive it.
+    keys = fast.text_array(documents).cast(pa.string())
     columns = {
-        "query_id": fast.text_array(query_ids),
+        "query_id": fast.text_array(query_ids).cast(pa.string()),
         "relevance_scores": pa.MapArray.from_arrays(
             offset_array, keys, pa.array(grades, pa.float64())
         ),

@@ -109,7 +109,8 @@ def test_markdown_report_escapes_untrusted_names(cli: RunCli, write_jsonl: Write
     )
     assert r"\<img src=x onerror=alert\(1\)\>\|\*\*bold\*\*" in result.out
     table_rows = [line for line in result.out.splitlines() if line.startswith("| kind")]
-    assert table_rows and all(line.count(" | ") == 10 for line in table_rows)
+    # 11 separators: the judged b/c column (judged@k of both arms) came with label-limited cells.
+    assert table_rows and all(line.count(" | ") == 11 for line in table_rows)
     assert result.out.startswith("### rankgate compare")
     assert "**FAIL**" in result.out
 

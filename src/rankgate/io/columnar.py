@@ -526,9 +526,7 @@ def _json_chunks(
     finally:
         # The scanner keeps freed chunk buffers for the next parse; once the file is read, hand
         # them back so a long-lived process does not hold up to POOL_LIMIT_BYTES for nothing.
-        compiled = jsonl_arrow._jsonl
-        if compiled is not None:
-            compiled.release()
+        jsonl_arrow.release()
 
 
 def _reread_lines(

@@ -27,7 +27,7 @@ try:
 except ImportError:  # built without a C compiler
     _jsonl = None
 
-__all__ = ["ParsedLines", "available", "parse_chunk", "read_chunks", "schema"]
+__all__ = ["ParsedLines", "available", "parse_chunk", "read_chunks", "release", "schema"]
 
 SEGMENT_PREFIX = "segment:"
 _BOM = b"\xef\xbb\xbf"
@@ -38,6 +38,12 @@ _SCORES_TYPE = pa.map_(pa.large_string(), pa.float64())
 def available() -> bool:
     """True when the compiled reader was built (it is optional at install)."""
     return _jsonl is not None
+
+
+def release() -> int:
+    """Hand the scanner's pooled chunk buffers back to the allocator; the bytes freed (0 without
+    the compiled reader). Call it once a file is read: a long-lived process should not keep them."""
+    return 0 if _jsonl is None else int(_jsonl.release())
 
 
 @dataclass(frozen=True, slots=True)

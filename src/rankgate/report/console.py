@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,7 +11,13 @@ from rankgate.compare_unjudged import LABEL_LIMITED, judged_depth
 from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
 from rankgate.report.numbers import format_against, format_margin, format_threshold
-from rankgate.report.unjudged_text import LABEL_LIMITED_MARKER, judged_text, label_limited_text
+from rankgate.report.unjudged_text import (
+    LABEL_LIMITED_MARKER,
+    judged_text,
+    label_limited_text,
+    range_text,
+    shows_range,
+)
 from rankgate.segments import Group
 
 __all__ = [
@@ -178,6 +185,11 @@ def _counts(evaluation: Evaluation) -> list[str]:
         f"{counted(summary.duplicates_dropped, 'duplicate ID')} dropped from scored rankings · "
         f"relevant = grade >= {evaluation.settings.relevance_threshold:g}",
     ]
+    if summary.doc_ids is not None:
+        lines.append(
+            f"scored as documents (--doc-id {shlex.quote(summary.doc_ids)}): "
+            f"{counted(summary.chunks_collapsed, 'later chunk')} of ranked documents collapsed"
+        )
     lines += query_set_lines(evaluation)
     depth = depth_text(summary, evaluation.settings.served_k)
     if depth is not None:
@@ -202,7 +214,10 @@ def _overall_table(evaluation: Evaluation, style: Style) -> list[str]:
     for gated in evaluation.gates:
         if gated.segment is None:
             overall_gates.setdefault(str(gated.gate.metric), []).append(gated)
-    rows: list[tuple[str, ...]] = [("metric", "mean", "95% interval", "gate", "margin", "result")]
+    ranges = {spec: evaluation.unjudged_range(spec) for spec in evaluation.metrics}
+    ranged = any(shows_range(bounds) for bounds in ranges.values())
+    header = ("metric", "mean", "95% interval", *((UNJUDGED_HEADER,) if ranged else ()))
+    rows: list[tuple[str, ...]] = [(*header, "gate", "margin", "result")]
     for spec, mean in evaluation.means.items():
         name = str(spec)
         outcomes: list[GateOutcome | None] = list(overall_gates.get(name, [])) or [None]
@@ -212,16 +227,31 @@ def _overall_table(evaluation: Evaluation, style: Style) -> list[str]:
         shown_mean = "n/a" if mean != mean else format_against(mean, against, 4)
         for index, outcome in enumerate(outcomes):
             first = index == 0
+            bounds = ranges[spec]
+            spread = range_text(bounds) if first and bounds and shows_range(bounds) else ""
             row = (
                 name if first else "",
                 shown_mean if first else "",
                 _interval(evaluation.intervals.get(spec)) if first else "",
+                *((spread,) if ranged else ()),
             )
             if outcome is None:
                 rows.append((*row, "", "", ""))
             else:
                 rows.append((*row, *_gate_cells(outcome)))
-    return _grid(rows, style, right=(1, 2, 4))
+    lines = _grid(rows, style, right=(1, 2, 3, 5) if ranged else (1, 2, 4))
+    if ranged:
+        lines.append(style.dim(UNJUDGED_NOTE))
+    return lines
+
+
+#: The column of the range unjudged documents leave, and what it means.
+UNJUDGED_HEADER = "range over unjudged"
+UNJUDGED_NOTE = (
+    "  range over unjudged: the mean with every unjudged retrieved document counted non-relevant "
+    "(unjudged=nonrelevant, the pessimistic value) and counted relevant (unjudged=relevant); "
+    "shown where they differ"
+)
 
 
 def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> list[str]:
@@ -239,6 +269,9 @@ def _segment_table(evaluation: Evaluation, field_name: str, style: Style) -> lis
         for spec in metrics:
             mean = group.means.get(spec, float("nan"))
             text = "n/a" if mean != mean else f"{mean:.4f}"
+            bounds = evaluation.unjudged_range(spec, group)
+            if bounds is not None and shows_range(bounds):
+                text += f" ({range_text(bounds, 3)})"
             cells.append(text + ("!" if (str(group.key), str(spec)) in failed else ""))
         coverage = "n/a" if group.coverage is None else f"{group.coverage:.0%}"
         scored = f"{group.scored}" + ("*" if _insufficient(evaluation, group.key) else "")
@@ -395,6 +428,8 @@ def _marker(cell: Cell) -> str:
     if cell.status == LABEL_LIMITED and cell.evidence is not None:
         return f"{LABEL_LIMITED_MARKER} ({counted(cell.evidence.unjudged_pairs, 'pair')})"
     return _MARKERS.get(cell.flag or "", "")
+
+
 TEST_NAMES = {"t": "paired t-test", "randomization": "paired randomization (sign-flip) test"}
 CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg"}
 

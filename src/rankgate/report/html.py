@@ -28,6 +28,7 @@ import numpy as np
 
 from rankgate import __version__
 from rankgate.compare import TIE_TOLERANCE, CandidateResult, Cell, Comparison
+from rankgate.compare_unjudged import LABEL_LIMITED
 from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
 from rankgate.report.console import (
@@ -51,6 +52,13 @@ from rankgate.report.svg import (
     forest_plot,
     histogram,
     split_bars,
+)
+from rankgate.report.unjudged_text import (
+    LABEL_LIMITED_MARKER,
+    judged_text,
+    label_limited_text,
+    range_text,
+    shows_range,
 )
 from rankgate.segments import Group, segment_value
 from rankgate.spec import MetricSpec
@@ -502,6 +510,7 @@ def _outcomes(evaluation: Evaluation) -> dict[tuple[object, MetricSpec], list[Ga
 
 def _means_section(evaluation: Evaluation) -> str:
     outcomes = _outcomes(evaluation)
+    ranged = any(shows_range(evaluation.unjudged_range(spec)) for spec in evaluation.metrics)
     bars = []
     rows = []
     for spec, mean in evaluation.means.items():
@@ -512,17 +521,22 @@ def _means_section(evaluation: Evaluation) -> str:
         low, high = evaluation.intervals[spec]
         interval = "" if math.isnan(low) else f"[{low:.4f}, {high:.4f}]"
         gates = ", ".join(f"{o.gate.op} {format_threshold(o.gate.threshold)}" for o in gated)
+        bounds = evaluation.unjudged_range(spec)
+        spread = range_text(bounds) if bounds is not None and shows_range(bounds) else ""
         rows.append(
             "<tr>"
             + _td(str(spec))
             + _td_num(mean)
             + f'<td class="num">{escape(interval)}</td>'
+            + (f'<td class="num">{escape(spread)}</td>' if ranged else "")
             + _td(gates)
             + "</tr>"
         )
     table = _sortable(
         "means",
-        [("metric", False), ("mean", True), ("95% interval", False), ("overall gates", False)],
+        [("metric", False), ("mean", True), ("95% interval", False)]
+        + ([("range over unjudged documents", False)] if ranged else [])
+        + [("overall gates", False)],
         rows,
         f"Means over {evaluation.summary.in_means:,} scored queries"
         + (
@@ -532,7 +546,14 @@ def _means_section(evaluation: Evaluation) -> str:
         )
         + "; intervals are bootstrap "
         f"({evaluation.settings.resamples:,} resamples), or the normal approximation over "
-        f"{NORMAL_FROM_QUERIES:,} queries or more.",
+        f"{NORMAL_FROM_QUERIES:,} queries or more."
+        + (
+            " The range over unjudged documents runs from the mean with every unjudged retrieved "
+            "document counted non-relevant (unjudged=nonrelevant, the pessimistic value) to the "
+            "mean with each counted relevant (unjudged=relevant)."
+            if ranged
+            else ""
+        ),
     )
     chart = bar_chart(
         "chart-means",
@@ -587,6 +608,9 @@ def _segments_section(evaluation: Evaluation) -> str:
         for spec in metrics:
             mean = group.means.get(spec, math.nan)
             mark = " !" if (group.key, spec) in failed else ""
+            bounds = evaluation.unjudged_range(spec, group)
+            if bounds is not None and shows_range(bounds):
+                mark = f" ({range_text(bounds, 3)} depending on unjudged documents){mark}"
             cells.append(_td_num(mean, 4, None if math.isnan(mean) else f"{mean:.4f}{mark}"))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     table = _sortable(
@@ -845,6 +869,13 @@ def render_comparison_html(comparison: Comparison, *, generated: datetime | None
     misses = sum(len(result.gate_failures) for result in comparison.results)
     if misses:
         detail_html += escape(f" · {misses} candidate gate(s) missed")
+    if comparison.label_limited:
+        detail_html += escape(f" · {len(comparison.label_limited)} label-limited cell(s)")
+    next_step = (
+        ""
+        if comparison.next_step is None
+        else f'<p class="note"><strong>Next:</strong> {escape(comparison.next_step)}</p>'
+    )
     method = (
         f"{test_names(comparison)}, {CORRECTION_NAMES[significance.correction]} correction, "
         f"alpha {significance.alpha:g}, margin {significance.margin:g}; 95% "
@@ -865,7 +896,7 @@ def render_comparison_html(comparison: Comparison, *, generated: datetime | None
         f" · candidates {', '.join(_data(r.name) for r in comparison.results)}</p></header>",
         f'<section class="verdict {word.lower()}" role="status"><strong>{word}</strong>'
         f'{detail_html}<div class="meta">{escape(method)}</div>'
-        f'<div class="meta">{reads}</div>{warnings}</section>',
+        f'<div class="meta">{reads}</div>{warnings}{next_step}</section>',
     ]
     for number, result in enumerate(comparison.results):
         body.append(_candidate_html(result, number))
@@ -896,11 +927,13 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
                 ("skipped", f"{sum(summary.skipped.values()):,}"),
                 ("regressions", str(sum(c.flag == "regression" for c in result.cells))),
                 ("improvements", str(sum(c.flag == "improvement" for c in result.cells))),
+                ("label-limited", str(len(result.label_limited))),
             ]
         ),
         "<h3>Side by side</h3>",
         _filter(f"{ident}-cells", len(result.cells), "metric, segment, regression…"),
         _cells_table(f"{ident}-cells", result.cells),
+        *_label_limited_html(result),
         "<h3>Deltas with 95% intervals</h3>",
         _forest(result, ident),
     ]
@@ -935,6 +968,19 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
     return "".join(parts)
 
 
+def _label_limited_html(result: CandidateResult) -> list[str]:
+    if not result.label_limited:
+        return []
+    items = "".join(f"<li>{escape(label_limited_text(cell))}</li>" for cell in result.label_limited)
+    return [
+        "<h3>Label-limited cells</h3>",
+        '<p class="note">The verdict of these cells changes with the labels of documents nobody '
+        "has judged: neither a regression nor an improvement until the pairs are judged "
+        "(<code>--unjudged-pairs FILE</code> lists them).</p>",
+        f"<ul>{items}</ul>",
+    ]
+
+
 def _win_tie_loss(cell: Cell) -> str:
     if cell.wins is None or cell.ties is None or cell.losses is None:
         return win_tie_loss(cell)
@@ -946,6 +992,8 @@ def _cells_table(ident: str, cells: Sequence[Cell]) -> str:
     for cell in cells:
         flag = cell.flag or ("too few" if cell.status == "insufficient" else "")
         marker = {"regression": "▼ regression", "improvement": "▲ improvement"}.get(flag, flag)
+        if cell.status == LABEL_LIMITED and cell.evidence is not None:
+            marker = f"{LABEL_LIMITED_MARKER} ({cell.evidence.unjudged_pairs:,} pairs)"
         rows.append(
             f'<tr class="{escape(cell.flag or "")}">'
             + _td(cell.group)
@@ -962,6 +1010,7 @@ def _cells_table(ident: str, cells: Sequence[Cell]) -> str:
             + _td_num(cell.p_adjusted, text=format_p(cell.p_adjusted))
             + _td_num(cell.effect_size, 2)
             + f'<td class="num">{_win_tie_loss(cell)}</td>'
+            + f'<td class="num">{escape(judged_text(cell))}</td>'
             + _td(marker, f"value {cell.flag or ''}")
             + "</tr>"
         )
@@ -979,10 +1028,13 @@ def _cells_table(ident: str, cells: Sequence[Cell]) -> str:
             ("p adj", True),
             ("d_z", True),
             ("W/T/L", False),
+            ("judged b/c", False),
             ("flag", False),
         ],
         rows,
-        "Every metric per group. p adj is corrected across all cells; d_z is the paired effect size.",
+        "Every metric per group. p adj is corrected across all cells; d_z is the paired effect size; "
+        "judged b/c is judged@k of the baseline and the candidate (the share of each top k that "
+        "carries a label).",
     )
 
 

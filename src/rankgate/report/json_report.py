@@ -62,6 +62,8 @@ def eval_report(
             "labeled": summary.labeled,
             "coverage": summary.coverage,
             "duplicates_dropped": summary.duplicates_dropped,
+            "chunks_collapsed": summary.chunks_collapsed,
+            "doc_ids": summary.doc_ids,
             "invalid_examples": [str(example) for example in summary.invalid_examples],
             "labels_removed_stale": summary.labels_removed_stale,
             "labels_removed_expired": summary.labels_removed_expired,
@@ -86,6 +88,7 @@ def eval_report(
         "metrics": {str(spec): _number(mean) for spec, mean in evaluation.means.items()},
         "intervals": {str(spec): _bounds(bounds) for spec, bounds in evaluation.intervals.items()},
         "judged": _judged(evaluation, evaluation.overall),
+        "unjudged_ranges": _ranges(evaluation, evaluation.overall),
         "segments": [_group(evaluation, group) for group in evaluation.segments],
         "gates": [_gate(outcome) for outcome in evaluation.gates],
         "coverage_checks": [
@@ -110,6 +113,20 @@ def _judged(evaluation: Evaluation, group: Group) -> dict[str, Any] | None:
     return None if spec is None else {"metric": str(spec), "mean": _number(group.means[spec])}
 
 
+def _ranges(evaluation: Evaluation, group: Group) -> dict[str, dict[str, float | None] | None]:
+    """Per metric, its mean with unjudged documents counted non-relevant (``pessimistic``) and
+    relevant (``optimistic``); null for a metric that takes no unjudged policy."""
+    ranges: dict[str, dict[str, float | None] | None] = {}
+    for spec in evaluation.metrics:
+        bounds = evaluation.unjudged_range(spec, group)
+        ranges[str(spec)] = (
+            None
+            if bounds is None
+            else {"pessimistic": _number(bounds[0]), "optimistic": _number(bounds[1])}
+        )
+    return ranges
+
+
 def _group(evaluation: Evaluation, group: Group) -> dict[str, Any]:
     return {
         "segment": _segment(group.key),
@@ -124,6 +141,7 @@ def _group(evaluation: Evaluation, group: Group) -> dict[str, Any]:
         "judged": _judged(evaluation, group),
         "metrics": {str(spec): _number(group.means[spec]) for spec in evaluation.metrics},
         "intervals": {str(spec): _bounds(group.intervals[spec]) for spec in evaluation.metrics},
+        "unjudged_ranges": _ranges(evaluation, group),
     }
 
 

@@ -18,10 +18,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from rankgate.compare import CandidateResult, Cell, Comparison
+from rankgate.compare_unjudged import LABEL_LIMITED
 from rankgate.evaluate import Evaluation
 from rankgate.gates import CoverageOutcome, GateOutcome
 from rankgate.report.console import counted, format_p
 from rankgate.report.numbers import format_against, format_threshold
+from rankgate.report.unjudged_text import label_limited_text
 
 __all__ = ["render_comparison_junit", "render_eval_junit"]
 
@@ -133,7 +135,21 @@ def _cell_case(suite: ET.Element, result: CandidateResult, cell: Cell) -> None:
         f"{cell.delta:+.4f} [{cell.interval[0]:+.4f}, {cell.interval[1]:+.4f}], p adj "
         f"{format_p(cell.p_adjusted)}, {queries}"
     )
-    if cell.flag == "regression":
+    if cell.evidence is not None:
+        evidence = cell.evidence
+        detail += (
+            f", judged@{evidence.depth} baseline {evidence.baseline_judged:.1%} candidate "
+            f"{evidence.candidate_judged:.1%}, {evidence.unjudged_pairs:,} unjudged pairs in the "
+            "candidate's top k"
+        )
+    if cell.status == LABEL_LIMITED:
+        # Undecided until the pairs are judged: skipped, or a failure when the run asks.
+        text = f"{detail}; label-limited: {label_limited_text(cell)}"
+        if result.fail_on_label_limited:
+            _failure(case, text, "label-limited")
+        else:
+            ET.SubElement(case, "skipped", message=_text(text))
+    elif cell.flag == "regression":
         _failure(case, detail, "regression")
     else:
         ET.SubElement(case, "system-out").text = _text(

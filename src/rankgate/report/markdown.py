@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 
 from rankgate.compare import CandidateResult, Cell, Comparison
+from rankgate.compare_unjudged import LABEL_LIMITED
 from rankgate.evaluate import Evaluation
 from rankgate.report.console import (
     CORRECTION_NAMES,
@@ -24,6 +25,15 @@ from rankgate.report.console import (
     win_tie_loss,
 )
 from rankgate.report.numbers import format_against, format_threshold
+from rankgate.report.unjudged_text import (
+    LABEL_LIMITED_MARKER,
+    judged_text,
+    label_limited_text,
+    range_text,
+    shows_range,
+)
+from rankgate.segments import Group
+from rankgate.spec import MetricSpec
 
 __all__ = ["escape_markdown", "render_comparison_markdown", "render_eval_markdown"]
 
@@ -45,13 +55,16 @@ def render_comparison_markdown(comparison: Comparison) -> str:
         f"### rankgate compare · baseline `{_code(comparison.baseline)}`",
         "",
         f"**{'PASS' if comparison.passed else 'FAIL'}** · regressions: "
-        f"{len(comparison.regressions)}, improvements: {len(comparison.improvements)}, cells: "
+        f"{len(comparison.regressions)}, improvements: {len(comparison.improvements)}, "
+        f"label-limited: {len(comparison.label_limited)}, cells: "
         f"{len(comparison.cells)} · {test_names(comparison)}, "
         f"{CORRECTION_NAMES[significance.correction]} correction, alpha {significance.alpha:g}, "
         f"margin {significance.margin:g}",
     ]
     if comparison.warnings:
         lines += ["", *_warnings(comparison.warnings)]
+    if comparison.next_step is not None:
+        lines += ["", f"**Next:** {escape_markdown(comparison.next_step)}"]
     for result in comparison.results:
         lines += ["", *_candidate(result)]
     return "\n".join(lines) + "\n"
@@ -81,9 +94,21 @@ def _candidate(result: CandidateResult) -> list[str]:
         "",
         *_table([cell for cell in result.cells if cell.segment is None]),
     ]
-    flagged = [cell for cell in result.cells if cell.segment is not None and cell.flag]
+    flagged = [
+        cell
+        for cell in result.cells
+        if cell.segment is not None and (cell.flag or cell.status == LABEL_LIMITED)
+    ]
     if flagged:
         lines += ["", "Flagged segments:", "", *_table(flagged)]
+    if result.label_limited:
+        lines += [
+            "",
+            "Label-limited (the verdict changes with the labels of unjudged documents; judge "
+            "the pairs, add the labels and compare again):",
+            "",
+            *(f"- {escape_markdown(label_limited_text(cell))}" for cell in result.label_limited),
+        ]
     misses = [outcome for outcome in result.gate_failures]
     if misses:
         lines += ["", "Gates missed by the candidate:", ""]
@@ -109,8 +134,9 @@ def _candidate(result: CandidateResult) -> list[str]:
 
 def _table(cells: list[Cell]) -> list[str]:
     rows = [
-        "| segment | metric | n | baseline | candidate | Δ | Δ % | 95% CI of Δ | p adj | W/T/L | |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|",
+        "| segment | metric | n | baseline | candidate | Δ | Δ % | 95% CI of Δ | p adj | W/T/L "
+        "| judged b/c | |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for cell in cells:
         relative = "n/a" if cell.relative_delta is None else f"{cell.relative_delta:+.1%}"
@@ -120,9 +146,15 @@ def _table(cells: list[Cell]) -> list[str]:
             f"{cell.queries}{insufficient} | {cell.baseline_mean:.4f} | {cell.candidate_mean:.4f} "
             f"| {cell.delta:+.4f} | {relative} | [{cell.interval[0]:+.4f}, "
             f"{cell.interval[1]:+.4f}] | {escape_markdown(format_p(cell.p_adjusted))} | "
-            f"{win_tie_loss(cell)} | {_FLAGS.get(cell.flag or '', '')} |"
+            f"{win_tie_loss(cell)} | {judged_text(cell)} | {_status(cell)} |"
         )
     return rows
+
+
+def _status(cell: Cell) -> str:
+    if cell.status == LABEL_LIMITED and cell.evidence is not None:
+        return f"{LABEL_LIMITED_MARKER} ({counted(cell.evidence.unjudged_pairs, 'pair')})"
+    return _FLAGS.get(cell.flag or "", "")
 
 
 def _warnings(warnings: Sequence[str]) -> list[str]:
@@ -156,6 +188,15 @@ def _summary_notes(evaluation: Evaluation) -> list[str]:
     if depth is not None:
         notes.append(f"- {escape_markdown(depth)}")
     return [*notes, ""] if notes else []
+
+
+def _segment_mean(evaluation: Evaluation, group: Group, spec: MetricSpec) -> str:
+    mean = group.means[spec]
+    if math.isnan(mean):
+        return "n/a"
+    bounds = evaluation.unjudged_range(spec, group)
+    spread = f" ({range_text(bounds, 3)})" if bounds is not None and shows_range(bounds) else ""
+    return f"{mean:.4f}{spread}"
 
 
 def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
@@ -213,12 +254,29 @@ def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
         )
     if evaluation.coverage_checks:
         lines.append("")
-    lines += ["| metric | mean | 95% interval |", "|---|--:|--:|"]
+    ranges = {spec: evaluation.unjudged_range(spec) for spec in evaluation.metrics}
+    ranged = any(shows_range(bounds) for bounds in ranges.values())
+    if ranged:
+        lines += [
+            "| metric | mean | 95% interval | range over unjudged documents |",
+            "|---|--:|--:|--:|",
+        ]
+    else:
+        lines += ["| metric | mean | 95% interval |", "|---|--:|--:|"]
     for spec, mean in evaluation.means.items():
         low, high = evaluation.intervals[spec]
         interval = "" if math.isnan(low) else f"[{low:.4f}, {high:.4f}]"
         shown = "n/a" if math.isnan(mean) else f"{mean:.4f}"
-        lines.append(f"| {spec} | {shown} | {interval} |")
+        bounds = ranges[spec]
+        spread = range_text(bounds) if bounds is not None and shows_range(bounds) else ""
+        lines.append(f"| {spec} | {shown} | {interval} |" + (f" {spread} |" if ranged else ""))
+    if ranged:
+        lines += [
+            "",
+            "Range over unjudged documents: the mean with every unjudged retrieved document "
+            "counted non-relevant (`unjudged=nonrelevant`, the pessimistic value) and counted "
+            "relevant (`unjudged=relevant`).",
+        ]
     if evaluation.segments:
         metrics = list(evaluation.metrics)
         lines += [
@@ -230,10 +288,7 @@ def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
         ]
         for group in evaluation.segments:
             coverage = "n/a" if group.coverage is None else f"{group.coverage:.0%}"
-            means = " | ".join(
-                "n/a" if math.isnan(group.means[spec]) else f"{group.means[spec]:.4f}"
-                for spec in metrics
-            )
+            means = " | ".join(_segment_mean(evaluation, group, spec) for spec in metrics)
             lines.append(
                 f"| {escape_markdown(group.name)} | {group.scored} | {coverage} | {means} |"
             )
