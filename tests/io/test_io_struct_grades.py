@@ -113,14 +113,15 @@ def outcome(source: Any, run: Settings, record_path: bool, patch: pytest.MonkeyP
 
 
 def struct_read(source: Any) -> bool:
-    """Whether the table's grades are a struct column that the columnar reader takes."""
+    """Whether the table's grades are a struct column (or, from a pandas DataFrame of dicts, the
+    map column rankgate converts them to directly) that the columnar reader takes."""
     table = pq.read_table(source) if isinstance(source, Path) else source
     if not isinstance(table, pa.Table):
         from rankgate.io.tables import arrow_table
 
         table = arrow_table(table)
     kind = table.schema.field("relevance_scores").type
-    return bool(pa.types.is_struct(kind)) and (
+    return bool(pa.types.is_struct(kind) or pa.types.is_map(kind)) and (
         columnar.chunks(ArrowSource.table("t", table), FieldMap(), ["team"]) is not None
     )
 

@@ -34,6 +34,7 @@ from rankgate.io import limits
 from rankgate.io.bounded import too_long_problem
 from rankgate.io.grades import (
     convertible_struct,
+    covered_items,
     entries,
     entries_or_fields,
     holds_map,
@@ -378,11 +379,12 @@ def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None
     validator, which words it. (The compiled join sends rows with an empty ID there itself.)"""
     import pyarrow.compute as pc
 
+    items, base = covered_items(lists, items)
     if len(items) and items.null_count:
-        mark_rows_holding(lists, numpy_of(pc.is_null(items)), slow)
+        mark_rows_holding(lists, numpy_of(pc.is_null(items)), slow, base)
     if len(items):
-        mark_rows_holding(lists, _longer_than(items, limits.MAX_ID_BYTES), slow)
-        mark_rows_holding(lists, not_utf8(items), slow)
+        mark_rows_holding(lists, _longer_than(items, limits.MAX_ID_BYTES), slow, base)
+        mark_rows_holding(lists, not_utf8(items), slow, base)
 
 
 def _entries_or_none(lists: Any) -> npt.NDArray[np.int64] | None:

@@ -23,6 +23,7 @@ from rankgate.io.validate import MAX_GRADE
 
 __all__ = [
     "convertible_struct",
+    "covered_items",
     "entries",
     "entries_or_fields",
     "holds_map",
@@ -225,20 +226,36 @@ def not_utf8(texts: Any) -> npt.NDArray[np.bool_]:
 
 def mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
     """Rows with a grade that is null, NaN, negative or too large go to the validator."""
-    items = scores.items
+    items, base = covered_items(scores, scores.items)
     if not len(items):
         return
     values = numpy_of(items.fill_null(np.nan)).astype(np.float64, copy=False)
     with np.errstate(invalid="ignore"):
-        mark_rows_holding(scores, ~((values >= 0) & (values <= MAX_GRADE)), slow)
+        mark_rows_holding(scores, ~((values >= 0) & (values <= MAX_GRADE)), slow, base)
 
 
-def mark_rows_holding(lists: Any, bad: npt.NDArray[np.bool_], slow: npt.NDArray[np.bool_]) -> None:
-    """Mark slow every row of ``lists`` (a list or map array) that holds a marked child item."""
+def covered_items(lists: Any, items: Any) -> tuple[Any, int]:
+    """The part of a list or map array's child (``items``: its values, keys or items) that its
+    rows cover, and where that part starts in the child. A slice of a larger array (a table cut
+    into batches) keeps the whole child: checking all of it for every batch would make reading a
+    table quadratic in its size."""
+    offsets = numpy_of(lists.offsets)
+    start = int(offsets[0]) if len(offsets) else 0
+    end = int(offsets[-1]) if len(offsets) else 0
+    if start == 0 and end == len(items):
+        return items, 0
+    return items.slice(start, end - start), start
+
+
+def mark_rows_holding(
+    lists: Any, bad: npt.NDArray[np.bool_], slow: npt.NDArray[np.bool_], base: int = 0
+) -> None:
+    """Mark slow every row of ``lists`` (a list or map array) that holds a marked child item;
+    ``bad`` covers the child from position ``base`` on (see ``covered_items``)."""
     if not bad.any():
         return
     offsets = numpy_of(lists.offsets).astype(np.int64, copy=False)
-    positions = np.flatnonzero(bad)
+    positions = np.flatnonzero(bad) + base
     rows = np.searchsorted(offsets, positions, side="right") - 1
     inside = (rows >= 0) & (rows < len(offsets) - 1)
     rows = rows[inside]

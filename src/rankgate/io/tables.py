@@ -79,7 +79,7 @@ class ArrowSource:
                 return
             done += batch.num_rows
             self._rows_done = done
-            yield batch
+            yield batch if self._table is None else _compacted(batch)
 
     def reread(self, rows: Any, prepare: Callable[[Any], Any] | None = None) -> list[RawRecord]:
         """The records at these 0-based row numbers, read again (for fields fetched on demand).
@@ -445,6 +445,26 @@ class _RecordsTable(ArrowSource):
         ]
 
 
+def _compacted(batch: Any) -> Any:
+    """A batch cut from an in-memory table, with each list or map column holding only the items
+    its rows cover. A cut keeps its whole parent's child array, and a check or conversion of every
+    batch's child would then read the whole table each time (quadratic in its size)."""
+    import pyarrow as pa
+
+    columns = []
+    changed = False
+    for column in batch.columns:
+        kind = column.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+            offsets = column.offsets
+            child = column.items if pa.types.is_map(kind) else column.values
+            if len(offsets) and (offsets[0].as_py() != 0 or offsets[-1].as_py() != len(child)):
+                column = pa.concat_arrays([column])
+                changed = True
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=batch.schema) if changed else batch
+
+
 def arrow_table(data: Any) -> Any | None:
     """An Arrow table for a pandas, polars or Arrow object; None for anything else."""
     module = type(data).__module__.split(".", 1)[0]
@@ -460,17 +480,75 @@ def arrow_table(data: Any) -> Any | None:
         return data.to_arrow()
     if module == "pandas":
         try:
-            return pa.Table.from_pandas(data, preserve_index=False)
+            return _with_grade_maps(
+                data, lambda frame: pa.Table.from_pandas(frame, preserve_index=False)
+            )
         except pa.ArrowException:
             pass
         # Arrow maps take text keys only, while a dict record may key its grades by integer IDs
         # (17 and "17" name one document): give such keys their decimal text, as the validator
         # does for a dict, and convert again.
         try:
-            return pa.Table.from_pandas(_text_keyed(data), preserve_index=False)
+            return _with_grade_maps(
+                _text_keyed(data), lambda frame: pa.Table.from_pandas(frame, preserve_index=False)
+            )
         except pa.ArrowException as problem:
             raise UsageError(f"cannot convert the DataFrame to Arrow: {problem}") from None
     return None
+
+
+# What a grade may be in a dict cell converted straight to a map column; anything else (a bool,
+# which Arrow would take as 1.0, a string, a nested value) leaves the column to pandas' inference
+# and the validator, which words the problem.
+_GRADE_TYPES = frozenset({int, float, type(None)})
+
+
+def _with_grade_maps(frame: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(frame)``, with each object column whose cells are all dicts of text -> number
+    (or missing) converted straight to a map column (``int64`` grades when all are whole numbers,
+    else ``float64``).
+
+    ``DataFrame(records)`` holds grades as one dict per row; Arrow's inference makes such a column
+    a struct with a field per distinct document ID (cost and memory grow with rows x documents)
+    that the reader then turns back into a map. Converting it to the map directly skips both."""
+    import itertools
+
+    import numpy as np
+    import pyarrow as pa
+
+    columns = list(frame.columns)
+    if len(set(columns)) != len(columns) or not all(isinstance(c, str) for c in columns):
+        return convert(frame)
+    maps: dict[str, Any] = {}
+    for name in columns:
+        column = frame[name]
+        if column.dtype != object or not len(column):
+            continue
+        cells = column.tolist()
+        if not {type(cell) for cell in cells} <= {dict, type(None)}:
+            continue
+        present = [cell for cell in cells if cell is not None]
+        if not present:
+            continue
+        keys = set(map(type, itertools.chain.from_iterable(present)))
+        values = set(map(type, itertools.chain.from_iterable(map(dict.values, present))))
+        numeric = {kind for kind in values if issubclass(kind, (np.integer, np.floating))}
+        if keys - {str} or (values - numeric) - _GRADE_TYPES:
+            continue
+        # Whole-number grades stay integers, so an error quotes a grade as it was written.
+        whole = all(kind is int or issubclass(kind, np.integer) for kind in values - {type(None)})
+        grade_type = pa.int64() if whole else pa.float64()
+        try:
+            maps[name] = pa.array(cells, pa.map_(pa.large_string(), grade_type))
+        except (pa.ArrowException, OverflowError):
+            continue
+    if not maps or len(maps) == len(columns):
+        return convert(frame)
+    table = convert(frame.drop(columns=list(maps)))
+    for name in columns:
+        if name in maps:
+            table = table.add_column(columns.index(name), name, maps[name])
+    return table
 
 
 def _text_keyed(frame: Any) -> Any:
