@@ -192,3 +192,54 @@ def test_cells_keep_their_segments_apart(ab: Any, surfacing: Comparison) -> None
     parts = [surfacing.cell("precision@5", f"topic={topic}").evidence for topic in TOPICS]
     assert total is not None and all(part is not None for part in parts)
     assert total.unjudged_pairs == sum(part.unjudged_pairs for part in parts)  # type: ignore[union-attr]
+
+
+def test_text_arrow_cannot_hold_takes_the_record_path_with_the_same_listing(ab: Any) -> None:
+    # A lone surrogate (a JSON escape can spell one) sends the comparison through the records.
+    candidate = [dict(trace) for trace in ab.surfacing[:60]]
+    candidate[0]["retrieved_ids"] = ["odd\ud800", *candidate[0]["retrieved_ids"]]
+    result = compare(
+        Variant("baseline", with_labels(ab.baseline[:60], ab.labels)),
+        Variant("candidate", candidate),
+        metrics=["ndcg@10"],
+        list_unjudged=True,
+    )
+    cell = result.cell("ndcg@10")
+    expected = unjudged_in_top(candidate, ab.labels, DEPTH)
+    assert cell.status == "label-limited" and cell.evidence is not None
+    assert cell.evidence.unjudged_pairs == sum(len(docs) for docs in expected.values())
+    assert result.unjudged_pairs is not None
+    assert {(p.query_id, p.doc_id) for p in result.unjudged_pairs} == {
+        (query, doc) for query, docs in expected.items() for doc in docs
+    }
+
+
+def test_chunk_ids_under_a_document_mapping_list_documents(ab: Any) -> None:
+    from rankgate.doc_ids import DocIdMapping
+
+    def chunked(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {**t, "retrieved_ids": [f"{d}#c{c}" for d in t["retrieved_ids"] for c in (1, 2)]}
+            for t in traces
+        ]
+
+    def pairs(result: Comparison) -> set[tuple[str, str, int]]:
+        assert result.unjudged_pairs is not None
+        return {(p.query_id, p.doc_id, p.rank) for p in result.unjudged_pairs}
+
+    options: dict[str, Any] = {"metrics": ["ndcg@10"], "list_unjudged": True}
+    by_chunk = compare(
+        Variant("baseline", with_labels(chunked(ab.baseline[:60]), ab.labels)),
+        Variant("candidate", chunked(ab.surfacing[:60])),
+        settings=Settings(doc_ids=DocIdMapping.separator("#")),
+        **options,
+    )
+    by_document = compare(
+        Variant("baseline", with_labels(ab.baseline[:60], ab.labels)),
+        Variant("candidate", ab.surfacing[:60]),
+        **options,
+    )
+    chunk_cell, document_cell = by_chunk.cell("ndcg@10"), by_document.cell("ndcg@10")
+    assert chunk_cell.evidence == document_cell.evidence
+    assert pairs(by_chunk) == pairs(by_document)
+    assert by_chunk.unjudged_pairs and not any("#" in p.doc_id for p in by_chunk.unjudged_pairs)

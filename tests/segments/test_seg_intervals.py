@@ -56,8 +56,10 @@ def test_every_mean_overall_and_per_segment_has_an_interval_around_it() -> None:
         # and each metric with unjudged documents counted relevant (the optimistic end of the
         # range reports show; the pessimistic end is the metric itself under the default policy).
         optimistic = {unjudged_variants(spec)["relevant"] for spec in requested}
-        assert set(group.intervals) == set(group.means) == (
-            requested | {evaluation.judged} | optimistic
+        assert (
+            set(group.intervals)
+            == set(group.means)
+            == (requested | {evaluation.judged} | optimistic)
         )
         for spec in requested:
             low, high = group.intervals[spec]

@@ -34,7 +34,7 @@ EXPECTED = {"mrr": (0.75, 1.0), "precision@2": (0.5, 1.0), "recall@3": (0.75, 0.
 
 
 def test_the_range_equals_the_hand_computed_values() -> None:
-    evaluation = rankgate.evaluate(TRACES, list(EXPECTED) + ["bpref"])
+    evaluation = rankgate.evaluate(TRACES, [*EXPECTED, "bpref"])
     for metric, bounds in EXPECTED.items():
         assert evaluation.unjudged_range(metric) == pytest.approx(bounds, abs=1e-12)
         assert evaluation.mean(metric) == pytest.approx(bounds[0], abs=1e-12)

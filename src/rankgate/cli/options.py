@@ -129,8 +129,9 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
     segments.add_argument(
         "--gate-on",
         choices=GATE_ON,
-        help="compare thresholds with the mean (default) or a bound of its 95%% "
-        "interval (lower_bound: pass only when the bound clears it)",
+        help="compare thresholds with the mean (default), a bound of its 95%% interval "
+        "(lower_bound: pass only when the bound clears it), or the pessimistic mean "
+        "(pessimistic: the metric with every unjudged document counted non-relevant)",
     )
     segments.add_argument(
         "--min-coverage",
