@@ -628,8 +628,8 @@ def test_detection_reads_only_the_ids() -> None:
 def test_compare_takes_the_ids_table(
     tmp_path: Path, records: Records, rankgate_cli: Callable[..., Run]
 ) -> None:
-    """compare has no --doc-id option yet, but rankgate.toml's [ids] applies to both sides: chunk
-    rankings against the same rankings collapsed by hand have equal means."""
+    """rankgate.toml's [ids] applies to both sides of compare: chunk rankings against the same
+    rankings collapsed by hand have equal means."""
     chunks = _jsonl(tmp_path / "chunks.jsonl", records)
     documents = _jsonl(tmp_path / "docs.jsonl", _document_records(records))
     config = tmp_path / "rankgate.toml"
@@ -640,6 +640,36 @@ def test_compare_takes_the_ids_table(
     assert cell["baseline_mean"] > 0
     plain = rankgate_cli(*args, "--no-config").report()["cells"][0]
     assert plain["baseline_mean"] == 0.0
+
+
+def test_compare_takes_the_doc_id_option(
+    tmp_path: Path, records: Records, rankgate_cli: Callable[..., Run]
+) -> None:
+    """--doc-id on compare maps both sides; the JSON settings say which rule was used."""
+    chunks = _jsonl(tmp_path / "chunks.jsonl", records)
+    documents = _jsonl(tmp_path / "docs.jsonl", _document_records(records))
+    run = rankgate_cli(
+        "compare",
+        chunks,
+        documents,
+        "-m",
+        "map",
+        "--format",
+        "json",
+        "--no-config",
+        "--doc-id",
+        "#",
+    )
+    assert run.code == 0, run.err
+    report = run.report()
+    cell = report["cells"][0]
+    assert cell["baseline_mean"] == pytest.approx(cell["candidate_mean"], abs=TOLERANCE)
+    assert cell["baseline_mean"] > 0
+    assert report["settings"]["doc_ids"] == "#"
+    unmapped = rankgate_cli(
+        "compare", chunks, documents, "-m", "map", "--format", "json", "--no-config"
+    ).report()
+    assert unmapped["settings"]["doc_ids"] is None
 
 
 # --------------------------------------------------------------------------------------------

@@ -169,6 +169,12 @@ def run(args: argparse.Namespace) -> int:
         empty_relevant=first(config.empty_relevant, "skip"),
         fields=FieldMap.from_assignments(config.fields),
     )
+    if config.doc_ids is not None:
+        # Said once at start: the live numbers would otherwise differ from eval's without a word.
+        sys.stderr.write(
+            f"warning: {config.path}: [ids] ({config.doc_ids}) is not applied by rankgate monitor;"
+            " it scores retrieved and labeled IDs as they arrive\n"
+        )
     alerts = None
     if config.alerts:
         from rankgate.monitor.alerts import AlertEngine, parse_rules

@@ -76,6 +76,14 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
         help="where a trace field lives, e.g. retrieved_ids=metadata.retrieval.ids",
     )
     parser.add_argument(
+        "--doc-id",
+        metavar="RULE",
+        help="score documents when IDs name chunks (or labels name chunks): RULE is a separator "
+        "('#': doc42#c3 -> doc42), 're:PATTERN' with one group, or 'map:FILE[,CHUNK_COL,DOC_COL]' "
+        "(CSV/TSV/JSON Lines/Parquet; columns chunk_id, doc_id). Rankings collapse to each "
+        "document's first chunk; chunk labels aggregate by the highest grade (rankgate.toml: [ids])",
+    )
+    parser.add_argument(
         "--relevance-threshold",
         "--rel",
         type=float,
@@ -186,14 +194,6 @@ def add_query_set_options(parser: argparse.ArgumentParser) -> None:
         choices=("skip", "zero"),
         help="a query of the query set with no trace: leave it out of the means (default) or "
         "score it 0 on every metric, in means, intervals and the (missing) segment (trec_eval -c)",
-    )
-    group.add_argument(
-        "--doc-id",
-        metavar="RULE",
-        help="score documents when IDs name chunks (or labels name chunks): RULE is a separator "
-        "('#': doc42#c3 -> doc42), 're:PATTERN' with one group, or 'map:FILE[,CHUNK_COL,DOC_COL]' "
-        "(CSV/TSV/JSON Lines/Parquet; columns chunk_id, doc_id). Rankings collapse to each "
-        "document's first chunk; chunk labels aggregate by the highest grade (rankgate.toml: [ids])",
     )
     group.add_argument(
         "--served-k",

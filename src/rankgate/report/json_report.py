@@ -215,6 +215,7 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
             "relevance_threshold": settings.relevance_threshold,
             "empty_relevant": settings.empty_relevant,
             "on_invalid": settings.on_invalid,
+            "doc_ids": None if settings.doc_ids is None else str(settings.doc_ids),
             "segment_by": list(settings.segment_by),
             "gate_on": policy.gate_on,
             "min_queries": policy.min_queries,
