@@ -338,3 +338,28 @@ def test_table_says_missing_queries_are_outside_read(tmp_path: Path) -> None:
     assert "1 without a trace (missing_trace; not records, so outside 'read')" in text
     assert "means cover 3 queries" in text
     assert math.isclose(evaluation.mean("map"), 0.1016, abs_tol=PRINTED)
+
+
+def test_a_missing_query_scores_as_an_empty_ranking(tmp_path: Path) -> None:
+    """Scored 0 on every quality metric, but its rbp residual is 1 (Moffat & Zobel: with nothing
+    retrieved, nothing is known), not 0: a missing trace must not narrow the uncertainty."""
+    traces = _write_jsonl(tmp_path / "t.jsonl", [{"query_id": "q1", "retrieved_ids": ["a", "b"]}])
+    labels = _write_jsonl(
+        tmp_path / "l.jsonl",
+        [
+            {"query_id": "q1", "relevance_scores": {"a": 1}},
+            {"query_id": "q4", "relevance_scores": {"z": 2}},
+        ],
+    )
+    result = evaluate(
+        traces,
+        ["rbp_residual@3", "ndcg@3", "mrr", "recall@3"],
+        settings=Settings(missing_trace="zero"),
+        labels=labels,
+    )
+    assert list(result.query_ids) == ["q1", "q4"]
+    row = {str(spec): column[1] for spec, column in result.values.items()}
+    # By hand for q1: a judged at rank 1, b unjudged at rank 2, ranks past 2 unread (p = 0.8).
+    assert result.values[parse_metric("rbp_residual@3")][0] == pytest.approx(0.2 * 0.8 + 0.8**2)
+    assert row["rbp_residual@3"] == 1.0
+    assert row["ndcg@3"] == row["mrr"] == row["recall@3"] == 0.0

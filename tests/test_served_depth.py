@@ -92,7 +92,9 @@ def test_k_past_the_median_ranking_warns(
     assert "served depth: median 20 IDs per ranking" in out
     report = json.loads(rankgate("eval", traces, *args, "--format", "json")[1])
     assert report["summary"]["served_depth"]["median"] == 20
-    assert sum("precision@50 reads the top 50, but the median" in w for w in report["warnings"]) == 1
+    assert (
+        sum("precision@50 reads the top 50, but the median" in w for w in report["warnings"]) == 1
+    )
     markdown = rankgate("eval", traces, *args, "--format", "markdown")[1]
     assert "precision@50 reads the top 50, but the median ranking holds 20 IDs" in markdown
     assert "served depth: median 20" in markdown

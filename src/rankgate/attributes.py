@@ -158,9 +158,7 @@ class QueryIds(Sequence[str]):
         import pyarrow as pa
 
         parts = [
-            text_array(block)
-            if isinstance(block, list)
-            else block.cast(pa.large_string())
+            text_array(block) if isinstance(block, list) else block.cast(pa.large_string())
             for block in self._blocks
         ]
         if not parts:

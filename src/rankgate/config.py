@@ -35,7 +35,7 @@ from rankgate.evaluate import check_relevance_threshold
 from rankgate.gates import Gate, GatePolicy, SegmentRule, gates_from_table
 from rankgate.io import FieldMap
 from rankgate.segments import SegmentKey
-from rankgate.spec import parse_metric_list
+from rankgate.spec import MAX_CUTOFF, parse_metric_list
 from rankgate.stale import parse_age
 
 __all__ = ["DEFAULT_CONFIG_NAME", "Config", "load_config"]
@@ -164,8 +164,10 @@ def load_config(path: Path) -> Config:
 
 def _served_k(data: dict[str, Any], path: Path) -> int | None:
     value: int | None = _typed(data, "served_k", int, path)
-    if value is not None and value < 1:
-        raise ConfigError(f"{path}: served_k must be a whole number >= 1, got {value!r}")
+    if value is not None and not 1 <= value <= MAX_CUTOFF:
+        raise ConfigError(
+            f"{path}: served_k must be a whole number from 1 to {MAX_CUTOFF:,}, got {value!r}"
+        )
     return value
 
 
@@ -191,7 +193,16 @@ def _doc_ids(table: dict[str, Any], path: Path) -> DocIdMapping | None:
     rule = rules[0]
     where = f"{path}: [ids] {rule}"
     if rule == "doc_id":
-        return DocIdMapping.separator(table[rule], where=where)
+        separator = table[rule]
+        # The command line's prefixed forms mean something else here; a separator spelled
+        # "re:..." would silently match nothing, so say where each form goes.
+        for prefix, key in (("re:", "doc_id_regex"), ("map:", "doc_id_map"), ("sep:", "doc_id")):
+            if separator.startswith(prefix):
+                raise ConfigError(
+                    f'{where} = {separator!r}: doc_id is a plain separator such as "#"; '
+                    f"write {key} = {separator[len(prefix) :]!r} instead"
+                )
+        return DocIdMapping.separator(separator, where=where)
     if rule == "doc_id_regex":
         return DocIdMapping.regex(table[rule], where=where)
     try:
@@ -273,7 +284,9 @@ def _typed(data: dict[str, Any], key: str, kind: type, path: Path) -> Any:
     if value is not None and (
         not isinstance(value, kind) or (kind is int and isinstance(value, bool))
     ):
-        raise ConfigError(f"{path}: {key} must be a {kind.__name__}, got {value!r}")
+        names = {int: "a whole number", str: "a string", bool: "true or false"}
+        wanted = names.get(kind, f"a {kind.__name__}")
+        raise ConfigError(f"{path}: {key} must be {wanted}, got {value!r}")
     return value
 
 

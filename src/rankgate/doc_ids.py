@@ -520,6 +520,10 @@ def _read_pairs(path: Path, chunk_column: str, doc_column: str) -> tuple[Any, An
 
     columns = []
     for name in (chunk_column, doc_column):
+        if table.schema.names.count(name) > 1:
+            raise InputError(
+                str(path), None, f"mapping file: column {name!r} appears more than once"
+            )
         if name not in table.schema.names:
             found = ", ".join(table.schema.names) or "none"
             raise InputError(

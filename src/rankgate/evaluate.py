@@ -52,6 +52,7 @@ from rankgate.segments import (
     summarise,
 )
 from rankgate.spec import (
+    MAX_CUTOFF,
     MetricSpec,
     make_metric,
     parse_metric,
@@ -118,7 +119,8 @@ class Settings:
     #: How many results users are shown; a gate on a metric cut elsewhere is warned about.
     served_k: int | None = None
     #: How an ID names its document (``--doc-id``, ``[ids]``): rankings collapse to documents and
-    #: labels aggregate to them before the join. None scores IDs as they are.
+    #: labels aggregate to them before the join (a rule in --doc-id form, "#", is parsed). None
+    #: scores IDs as they are.
     doc_ids: DocIdMapping | None = None
 
     def __post_init__(self) -> None:
@@ -132,14 +134,28 @@ class Settings:
             )
         if self.on_invalid not in ("fail", "skip"):
             raise ConfigError(f"on_invalid must be 'fail' or 'skip', got {self.on_invalid!r}")
+        if isinstance(self.doc_ids, str):
+            # The command line's form ("#", "re:...", "map:FILE") is accepted from Python too.
+            from rankgate.doc_ids import parse_doc_id_option
+
+            object.__setattr__(
+                self, "doc_ids", parse_doc_id_option(self.doc_ids, where="Settings.doc_ids")
+            )
+        elif self.doc_ids is not None and not isinstance(self.doc_ids, DocIdMapping):
+            raise ConfigError(
+                "doc_ids must be a DocIdMapping, or a rule such as '#', 're:PATTERN' or "
+                f"'map:FILE', got {self.doc_ids!r}"
+            )
         if self.missing_trace not in ("skip", "zero"):
             raise ConfigError(f"missing_trace must be 'skip' or 'zero', got {self.missing_trace!r}")
         if self.served_k is not None and (
             isinstance(self.served_k, bool)
             or not isinstance(self.served_k, int)
-            or self.served_k < 1
+            or not 1 <= self.served_k <= MAX_CUTOFF
         ):
-            raise ConfigError(f"served_k must be a whole number >= 1, got {self.served_k!r}")
+            raise ConfigError(
+                f"served_k must be a whole number from 1 to {MAX_CUTOFF:,}, got {self.served_k!r}"
+            )
         if (
             isinstance(self.resamples, bool)
             or not isinstance(self.resamples, int)
@@ -1399,8 +1415,9 @@ class _Accumulator:
         return len(np.flatnonzero(~self.seen)), examples, len(positions)
 
     def _append_missing(self, query_ids: Any) -> None:
-        """Missing queries scored 0 on every metric, with no attributes and the missing value
-        of every segment field, so they count in means, intervals and segments."""
+        """Missing queries scored as an empty ranking (0 on every quality metric), with no
+        attributes and the missing value of every segment field, so they count in means,
+        intervals and segments."""
         n = len(query_ids)
         if not n:
             return
@@ -1409,9 +1426,8 @@ class _Accumulator:
         for name in self.segment_fields:
             self._counts(SegmentKey(name, MISSING_VALUE))
             self.segment_columns[name].extend([MISSING_VALUE] * n)
-        zeros = np.zeros(n, dtype=np.float64)
-        for column in self.values.values():
-            column.extend(zeros)
+        for spec, value in self._empty_ranking_values().items():
+            self.values[spec].extend(np.full(n, value, dtype=np.float64))
         self.row_numbers.extend(np.zeros(n, dtype=np.int32))
         self.attributes.extend_later(n, lambda: [{} for _ in range(n)])
         held: list[tuple[str, list[str], dict[str, float], dict[str, Any]]] | None = (
@@ -1420,6 +1436,31 @@ class _Accumulator:
             else None
         )
         self.record_blocks.append((first, None, held))
+
+    def _empty_ranking_values(self) -> dict[MetricSpec, float]:
+        """Each metric's value for a labeled query that retrieved nothing, which is how a missing
+        query is scored: 0 for every quality metric, but 1 for ``rbp_residual`` (nothing is
+        known), so a missing trace never narrows an uncertainty. Scored by the same join and
+        kernels as every ranking."""
+        import pyarrow as pa
+
+        text = pa.large_string()
+        retrieved = pa.array([[]], pa.large_list(text))
+        grade = max(self.settings.relevance_threshold, 1.0)
+        grades = pa.array([[("(missing)", grade)]], pa.map_(text, pa.float64()))
+        joined = fast.join(
+            np.zeros(1, dtype=np.int64),
+            fast.IdColumns.from_arrow(retrieved),
+            None,
+            fast.IdColumns.from_arrow(grades),
+            np.array([grade], dtype=np.float64),
+            threshold=self.settings.relevance_threshold,
+            skip_no_relevant=False,
+            unique_map_keys=True,
+            scratch=fast.Scratch(),
+        )
+        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
+        return {spec: float(column[0]) for spec, column in values.items()}
 
     def _served_depth(self) -> ServedDepth | None:
         depths, counts = np.unique(self.depths.values(), return_counts=True)

@@ -25,7 +25,12 @@ from rankgate.stale import LabelFilter
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
 METRICS = ["ndcg(gain=linear)@10", "precision@5", "recall@20", "map", "mrr"]
-TREC = {"ndcg(gain=linear)@10": "ndcg_cut_10", "precision@5": "P_5", "recall@20": "recall_20", "map": "map"}
+TREC = {
+    "ndcg(gain=linear)@10": "ndcg_cut_10",
+    "precision@5": "P_5",
+    "recall@20": "recall_20",
+    "map": "map",
+}
 AS_OF = datetime(2026, 6, 1, tzinfo=UTC)
 
 

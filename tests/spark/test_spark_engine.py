@@ -261,9 +261,7 @@ CASES = {
     "segments-gates-coverage": dict(
         metrics=["ndcg@10", "mrr", "p@5"],
         gates=["ndcg@10>=0.2", "mrr>0.9"],
-        settings=Settings(
-            on_invalid="skip", segment_by=("qtype", "tier"), seed=7, resamples=200
-        ),
+        settings=Settings(on_invalid="skip", segment_by=("qtype", "tier"), seed=7, resamples=200),
         # region is segmented only because a rule names it; recall@20 is computed only because
         # that rule's gate names it.
         policy=GatePolicy(

@@ -196,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
     check_common(args)
     if args.per_query and args.report_format != "json":
         raise UsageError("--per-query applies to --format json")
+    if "-" in args.sources and args.labels == "-":
+        # Standard input can be read once: one side would find it already consumed.
+        raise UsageError(
+            "standard input is named twice (a side and --labels); give --labels a file"
+        )
     config = load_project_config(args)
     settings = settings_from(args, config)
     policy = policy_from(args, config)

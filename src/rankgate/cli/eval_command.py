@@ -184,6 +184,13 @@ def _check_combination(args: argparse.Namespace) -> None:
         raise UsageError("--per-query applies to --format json")
     if args.worst is not None and args.report_format != "html" and args.html is None:
         raise UsageError("--worst applies to HTML reports (--format html or --html PATH)")
+    if "-" in args.traces:
+        # Standard input can be read once: the traces would find it already consumed.
+        for option, value in (("--labels", args.labels), ("--queries", args.queries)):
+            if value is not None and str(value) == "-":
+                raise UsageError(
+                    f"standard input is named twice (traces and {option}); give {option} a file"
+                )
     if args.labels is not None and args.run is not None:
         raise UsageError("--run/--qrels take their labels from the qrels file; drop --labels")
     if args.input_format is not None and (args.run is not None or args.qrels is not None):

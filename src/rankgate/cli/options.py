@@ -20,6 +20,7 @@ from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge
 from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource, TimeWindow, open_source
 from rankgate.labels import LABEL_FORMATS
 from rankgate.report.console import counted
+from rankgate.spec import MAX_CUTOFF
 from rankgate.stale import LabelFilter, parse_age, read_corpus
 from rankgate.stats import DEFAULT_RESAMPLES
 from rankgate.store import StoreSource, Window, is_store_url
@@ -193,7 +194,7 @@ def add_query_set_options(parser: argparse.ArgumentParser) -> None:
         "--missing-trace",
         choices=("skip", "zero"),
         help="a query of the query set with no trace: leave it out of the means (default) or "
-        "score it 0 on every metric, in means, intervals and the (missing) segment (trec_eval -c)",
+        "score it as an empty ranking (0; rbp_residual 1), in means, intervals and the (missing) segment (trec_eval -c)",
     )
     group.add_argument(
         "--served-k",
@@ -215,8 +216,8 @@ def _positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a whole number >= 1")
+    if not 1 <= value <= MAX_CUTOFF:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number from 1 to {MAX_CUTOFF:,}")
     return value
 
 
