@@ -450,3 +450,16 @@ def test_cli_scores_a_policy_metric(tmp_path: Path) -> None:
     bpref = _trec(_qrels(records), records, {"bpref"})
     expected = np.mean([bpref[r["query_id"]]["bpref"] for r in records])
     assert math.isclose(means["bpref"], expected, abs_tol=TOLERANCE)
+
+
+def test_rbp_residual_of_a_long_unjudged_ranking_stays_within_one() -> None:
+    """Found by the registry properties: every rank unjudged, the terms sum to exactly 1, which in
+    floating point came out one unit in the last place above it."""
+    record = {
+        "query_id": "q",
+        "retrieved_ids": [f"d{i}" for i in range(13)],
+        "relevant_ids": ["elsewhere"],
+    }
+    value = rankgate.evaluate([record], ["rbp_residual"]).values[parse_metric("rbp_residual")][0]
+    assert value <= 1.0
+    assert value == pytest.approx(1.0, abs=1e-12)

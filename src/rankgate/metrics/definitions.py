@@ -313,4 +313,6 @@ def rbp_residual(batch: RankedBatch, k: int | None, p: float) -> Floats:
     depth = batch.ranked_lengths.astype(np.float64)
     if k is not None:
         depth = np.minimum(depth, float(k))
-    return kernels.per_query_sum(batch, weights) + np.power(p, depth)
+    # The terms sum to at most 1 exactly; in floating point a long unjudged ranking can land a
+    # unit in the last place above it.
+    return np.minimum(kernels.per_query_sum(batch, weights) + np.power(p, depth), 1.0)
