@@ -116,21 +116,25 @@ class RankedBatch:
         if not bool(unjudged.any()):
             return self
         added = np.bincount(self.ranked_query[unjudged], minlength=self.n_queries)
-        queries = np.concatenate((self.label_query, self.ranked_query[unjudged]))
-        grades = np.concatenate(
-            (self.label_grades, np.full(int(added.sum()), grade, dtype=np.float64))
-        )
-        # By query, then grade from highest to lowest; equal grades are equal numbers, so the
-        # order among them cannot show in any value.
-        order = np.lexsort((-grades, queries))
-        label_offsets = self.label_offsets.copy()
-        label_offsets[1:] += np.cumsum(added)
+        added_before = np.zeros(self.n_queries + 1, dtype=np.int64)
+        np.cumsum(added, out=added_before[1:])
+        # A query's labels are sorted from highest grade to lowest, so its new ones (all of
+        # ``grade``) go in one run after the labels graded above it: each old label moves by the
+        # labels added to earlier queries, plus its own query's when it is not above ``grade``.
+        # (Equal grades are equal numbers: their order cannot show in any value.) A linear merge:
+        # a sort of every label here was a third of a compare's scoring time.
+        query = self.label_query
+        moved = np.arange(len(self.label_grades), dtype=np.int64) + added_before[query]
+        moved += np.where(self.label_grades <= grade, added[query], 0)
+        grades = np.full(len(self.label_grades) + int(added_before[-1]), grade, dtype=np.float64)
+        grades[moved] = self.label_grades
+        label_offsets = self.label_offsets + added_before
         return RankedBatch(
             ranked_offsets=self.ranked_offsets,
             ranked_grades=np.where(unjudged, grade, self.ranked_grades),
             ranked_judged=np.ones(len(self.ranked_judged), dtype=np.bool_),
             label_offsets=label_offsets,
-            label_grades=grades[order],
+            label_grades=grades,
         )
 
 

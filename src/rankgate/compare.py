@@ -51,7 +51,7 @@ from rankgate.compare_cells import (
     flag_cells,
 )
 from rankgate.compare_labels import LabelBook
-from rankgate.compare_read import NotArrowText, Reader, SideTable, streamed_side
+from rankgate.compare_read import NotArrowText, Reader, SideTable, held_side, streamed_side
 from rankgate.compare_records import (
     CountedSide,
     Pairing,
@@ -775,11 +775,12 @@ class _Scorer:
             own = attributes_from.column("segment:" + self.stamp)
             columns[self.stamp] = pc.coalesce(stamps, own) if len(own) else stamps
         table = pa.table(columns)
-        source = (
-            streamed_side(side, rows, table, self.fields)
-            if side is not None and streamed
-            else table
-        )
+        if side is None:
+            source = table
+        elif streamed:
+            source = streamed_side(side, rows, table, self.fields)
+        else:
+            source = held_side(side, table)
         evaluation = evaluate(
             source,
             self.metrics,

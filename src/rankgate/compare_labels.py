@@ -137,7 +137,11 @@ class LabelBook:
                 "stamp": stamp,
                 ORDINAL: table.column(ORDINAL),
             }
-        ).filter(labeled)
+        )
+        # Views of the side's own columns when every row is labeled (a replayed, annotated query
+        # set): a filter would copy every label of a side that may hold millions of queries.
+        if not pc.all(labeled).as_py():
+            rows = rows.filter(labeled)
         self._add(_LabelSource(side.name, rows, side.locate))
 
     def _add(self, source: _LabelSource) -> None:
@@ -164,7 +168,12 @@ class LabelBook:
                 row = int(rows[differing[0]])
                 self._conflict(source, row, int(known[row]))
         self.sources.append(source)
-        self.shared = _first_per_query(pa.concat_tables([self.shared, self._tagged(source)]))
+        # Only the queries no earlier source labels are added; the shared rows are kept as they
+        # are (concatenating chunks copies nothing, while a filter of the whole would copy them).
+        unknown = known < 0
+        if unknown.any():
+            fresh = _first_per_query(self._tagged(source).filter(pa.array(unknown)))
+            self.shared = pa.concat_tables([self.shared, fresh])
 
     def _tagged(self, source: _LabelSource) -> Any:
         import pyarrow as pa

@@ -35,6 +35,7 @@ __all__ = [
     "NotArrowText",
     "Reader",
     "SideTable",
+    "held_side",
     "source_name",
     "streamed_side",
 ]
@@ -435,6 +436,17 @@ def _attribute_text(attributes: dict[str, Any], name: str) -> str | None:
     return None if value == MISSING_VALUE and name not in attributes else value
 
 
+def held_side(side: SideTable, table: Any) -> Any:
+    """A source for ``evaluate``: ``table``, rows of ``side`` that kept their rankings, with the
+    shared labels and the segment attributes (every row valid: see ``ArrowSource.normalised``)."""
+    from rankgate.io.tables import ArrowSource
+
+    class HeldSide(ArrowSource):
+        normalised = True
+
+    return HeldSide(side.name, table=table, total=table.num_rows)
+
+
 # --- a side read again while it is scored ---------------------------------------------------------
 
 
@@ -446,6 +458,8 @@ def streamed_side(side: SideTable, rows: Any, meta: Any, fields: FieldMap) -> An
     from rankgate.io.tables import ArrowSource
 
     class StreamedSide(ArrowSource):
+        normalised = True  # rows read and validated on the first pass
+
         def __init__(self) -> None:
             super().__init__(side.name, total=meta.num_rows)
             self.ordinals = fast.numpy_of(rows.column(ORDINAL).combine_chunks()).astype(np.int64)

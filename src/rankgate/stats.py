@@ -25,7 +25,6 @@ References:
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -165,18 +164,69 @@ def bca_interval(
 
 
 def exact_sum(values: Values) -> float:
-    """The sum of ``values`` correctly rounded (``math.fsum``), whatever their order of magnitude.
+    """The sum of ``values`` correctly rounded (as ``math.fsum`` gives it), whatever their order of
+    magnitude or order.
 
-    fsum's result does not depend on how its input is grouped, so the values are handed over as
-    Python floats a million at a time: the same sum, without a Python object per value at once
-    (320 MB for ten million).
+    Every finite double is an integer mantissa M (|M| < 2**53) times a power of two. The mantissas
+    are split into two halves of at most 27 bits and summed per power of two with ``np.bincount``:
+    a float64 sum of integers stays exact while it stays below 2**53, which 2**26 halves of 2**27
+    cannot pass. The per-power totals are then combined as Python integers, and the one division
+    at the end rounds correctly. More than twice as fast as ``math.fsum`` on a million values,
+    which a comparison sums dozens of times; a sum past the largest double is an infinity (where
+    fsum raises).
     """
-    step = 1 << 20
-    return math.fsum(
-        itertools.chain.from_iterable(
-            values[start : start + step].tolist() for start in range(0, len(values), step)
-        )
-    )
+    array = np.asarray(values, dtype=np.float64).ravel()
+    if not len(array):
+        return 0.0
+    if not bool(np.isfinite(array).all()):
+        return math.fsum(array.tolist())  # its rules for inf and nan
+    total = 0
+    lowest: int | None = None
+    for start in range(0, len(array), _EXACT_BLOCK):
+        block_total, block_lowest = _integer_sum(array[start : start + _EXACT_BLOCK])
+        if block_lowest is None:
+            continue
+        if lowest is None:
+            total, lowest = block_total, block_lowest
+        elif block_lowest < lowest:
+            total = (total << (lowest - block_lowest)) + block_total
+            lowest = block_lowest
+        else:
+            total += block_total << (block_lowest - lowest)
+    if lowest is None or total == 0:
+        return 0.0
+    # total * 2**lowest, rounded once (int / int and int -> float round correctly in Python).
+    try:
+        return float(total << lowest) if lowest >= 0 else total / (1 << -lowest)
+    except OverflowError:  # finite values whose sum is past the largest double
+        return math.copysign(math.inf, total)
+
+
+# Values summed in one bincount: 2**26 halves below 2**27 each stay below 2**53.
+_EXACT_BLOCK = 1 << 26
+_HALF_BITS = 26
+
+
+def _integer_sum(block: Values) -> tuple[int, int | None]:
+    """``block``'s exact sum as (integer, exponent): the sum is integer * 2**exponent (None when
+    every value is zero)."""
+    fractions, exponents = np.frexp(block)
+    if not bool(fractions.any()):
+        return 0, None
+    # value = M * 2**(exponent - 53) with M = fraction * 2**53 an integer below 2**53 in
+    # magnitude; its halves are computed in floats, exactly: the high one is floor(M / 2**26)
+    # (products by powers of two and floor are exact), the low one a difference of two exact
+    # integers that is itself an integer below 2**26.
+    high = np.floor(fractions * float(1 << (53 - _HALF_BITS)))
+    low = fractions * float(1 << 53) - high * float(1 << _HALF_BITS)
+    lowest = int(exponents.min())  # a zero's exponent is 0, and its halves add nothing anywhere
+    bins = exponents - lowest
+    high_sums = np.bincount(bins, weights=high)
+    low_sums = np.bincount(bins, weights=low)
+    total = 0
+    for power in np.flatnonzero((high_sums != 0) | (low_sums != 0)).tolist():
+        total += ((int(high_sums[power]) << _HALF_BITS) + int(low_sums[power])) << power
+    return total, lowest - 53
 
 
 def normal_interval(values: Values, confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float]:

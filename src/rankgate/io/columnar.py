@@ -19,6 +19,7 @@ at the edge, by ``io/grades.py``.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,8 @@ T = TypeVar("T")
 
 CHUNK_ROWS = 8192
 CHUNK_BYTES = 8 << 20
+# JSON Lines chunks parsed at once (each parse holds one chunk and its columns in memory).
+PARSE_THREADS = min(2, os.cpu_count() or 1)
 SEGMENT_PREFIX = "segment:"
 
 
@@ -162,10 +165,16 @@ def _arrow_chunks(
         as_map = pa.chunked_array(pieces, type=pa.map_(pa.large_string(), pa.float64()))
         return table.set_column(index, grades, as_map)
 
+    normalised = getattr(source, "normalised", False)
+
     def generate() -> Iterator[Chunk]:
         row = 0
         for batch in prefetched(source.batches(CHUNK_ROWS, wanted)):
-            table, slow = _normalised(batch, fields, segment_fields)
+            if normalised:
+                table = _renamed(batch, fields, segment_fields)
+                slow = np.zeros(batch.num_rows, dtype=np.bool_)
+            else:
+                table, slow = _normalised(batch, fields, segment_fields)
             present = {
                 name: (
                     numpy_of(batch.column(name).is_valid()) | slow
@@ -374,6 +383,27 @@ def _normalised(
     return pa.record_batch(columns), slow
 
 
+def _renamed(batch: Any, fields: FieldMap, segment_fields: Sequence[str]) -> Any:
+    """A batch of a source whose rows are valid and already in the normalised types (see
+    ``ArrowSource.normalised``), under the normalised column names."""
+    import pyarrow as pa
+
+    names = set(batch.schema.names)
+    columns = {
+        "query_id": batch.column(fields.query_id),
+        "retrieved_ids": batch.column(fields.retrieved_ids),
+    }
+    if fields.relevant_ids in names:
+        columns["relevant_ids"] = batch.column(fields.relevant_ids)
+    if fields.relevance_scores in names:
+        columns["relevance_scores"] = batch.column(fields.relevance_scores)
+    for name in segment_fields:
+        columns[SEGMENT_PREFIX + name] = (
+            batch.column(name) if name in names else pa.nulls(batch.num_rows, pa.large_string())
+        )
+    return pa.record_batch(columns)
+
+
 def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None:
     """Rows with a null ID in a list (or map key), or an ID past ``MAX_ID_BYTES``, go to the
     validator, which words it. (The compiled join sends rows with an empty ID there itself.)"""
@@ -437,22 +467,42 @@ def _json_chunks(
 
     ordinal = 0
 
+    def parse_piece(piece: Any) -> tuple[bytes | bytearray, int, int, Any]:
+        if isinstance(piece, OversizedLine):
+            # One slow row in place of the line that was read past: a single invalid byte
+            # makes the scanner give exactly that, and ``raw`` below words the real problem.
+            found = jsonl_arrow.parse_chunk(b"\x00", keys, scanned, piece.line)
+            return b"", piece.line, piece.start, (found, piece)
+        data, first_line, offset = piece
+        found = jsonl_arrow.parse_chunk(data, keys, scanned, first_line)
+        # A line that ended inside a chunk may still be longer than a record may be: the
+        # validator's path refuses it (``line_record``), so it must not be scored here.
+        too_long = (found.end - found.start) > limits.MAX_RECORD_BYTES
+        if too_long.any():
+            found = replace(found, slow=found.slow | too_long)
+        return data, first_line, offset, (found, None)
+
     def parsed_chunks() -> Iterator[tuple[bytes | bytearray, int, int, Any]]:
-        for piece in source.line_chunks(CHUNK_BYTES):
-            if isinstance(piece, OversizedLine):
-                # One slow row in place of the line that was read past: a single invalid byte
-                # makes the scanner give exactly that, and ``raw`` below words the real problem.
-                parsed = jsonl_arrow.parse_chunk(b"\x00", keys, scanned, piece.line)
-                yield b"", piece.line, piece.start, (parsed, piece)
-                continue
-            data, first_line, offset = piece
-            parsed = jsonl_arrow.parse_chunk(data, keys, scanned, first_line)
-            # A line that ended inside a chunk may still be longer than a record may be: the
-            # validator's path refuses it (``line_record``), so it must not be scored here.
-            too_long = (parsed.end - parsed.start) > limits.MAX_RECORD_BYTES
-            if too_long.any():
-                parsed = replace(parsed, slow=parsed.slow | too_long)
-            yield data, first_line, offset, (parsed, None)
+        # The scanner releases the GIL: PARSE_THREADS chunks are parsed at once, in order, so
+        # a consumer with little to do per chunk (compare's first pass) is not held to one core.
+        if PARSE_THREADS < 2:
+            yield from map(parse_piece, source.line_chunks(CHUNK_BYTES))
+            return
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="rankgate-parse") as pool:
+            pending: deque[Any] = deque()
+            try:
+                for piece in source.line_chunks(CHUNK_BYTES):
+                    pending.append(pool.submit(parse_piece, piece))
+                    if len(pending) >= PARSE_THREADS:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for future in pending:
+                    future.cancel()
 
     try:
         for data, first_line, offset, (parsed, oversized) in prefetched(parsed_chunks()):

@@ -30,6 +30,11 @@ class ArrowSource:
     Either ``path`` (a Parquet file, opened again for every pass) or ``table`` is set.
     """
 
+    #: True for rows rankgate has read and validated itself (compare's sides, scored again):
+    #: every row is valid, in the normalised types (large strings, ``large_list`` IDs, a
+    #: ``map<large_string, double>`` of grades), and the columnar reader takes them as they are.
+    normalised = False
+
     def __init__(
         self, name: str, *, path: Path | None = None, table: Any = None, total: int | None
     ) -> None:

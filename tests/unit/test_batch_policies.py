@@ -1,0 +1,94 @@
+"""The unjudged-document policies as batch transformations, against their definitions spelled out
+query by query in plain Python (an oracle that shares no code with ``batch.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankgate.batch import BatchBuilder, RankedBatch
+
+GRADES = st.sampled_from([0.0, 1.0, 2.0, 3.0])
+
+
+@st.composite
+def queries(draw: Any) -> list[tuple[list[str], dict[str, float]]]:
+    """Rankings over a small document pool (so IDs repeat and labels hit and miss) with labels."""
+    found = []
+    for _ in range(draw(st.integers(0, 8))):
+        pool = [f"d{i}" for i in range(draw(st.integers(1, 12)))]
+        ranking = draw(st.lists(st.sampled_from(pool), max_size=15))
+        labels = draw(st.dictionaries(st.sampled_from(pool), GRADES, max_size=10))
+        found.append((ranking, labels))
+    return found
+
+
+def _per_query(batch: RankedBatch) -> list[tuple[list[float], list[bool], list[float]]]:
+    rows = []
+    for q in range(batch.n_queries):
+        ranked = slice(int(batch.ranked_offsets[q]), int(batch.ranked_offsets[q + 1]))
+        labels = slice(int(batch.label_offsets[q]), int(batch.label_offsets[q + 1]))
+        rows.append(
+            (
+                batch.ranked_grades[ranked].tolist(),
+                batch.ranked_judged[ranked].tolist(),
+                batch.label_grades[labels].tolist(),
+            )
+        )
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(queries(), GRADES)
+def test_unjudged_relevant_labels_each_unjudged_document_at_its_rank_and_among_the_ideal(
+    found: list[tuple[list[str], dict[str, float]]], grade: float
+) -> None:
+    builder = BatchBuilder()
+    for ranking, labels in found:
+        builder.add(ranking, labels)
+    batch = builder.build()
+    expected = []
+    for ranking, labels in found:
+        distinct = list(dict.fromkeys(ranking))
+        as_judged = {doc: labels.get(doc, grade) for doc in distinct} | labels
+        expected.append(
+            (
+                [as_judged[doc] for doc in distinct],
+                [True] * len(distinct),
+                sorted(as_judged.values(), reverse=True),
+            )
+        )
+    assert _per_query(batch.with_unjudged_relevant(grade)) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(queries())
+def test_condensed_drops_unjudged_documents_and_keeps_the_labels(
+    found: list[tuple[list[str], dict[str, float]]],
+) -> None:
+    builder = BatchBuilder()
+    for ranking, labels in found:
+        builder.add(ranking, labels)
+    expected = []
+    for ranking, labels in found:
+        judged = [doc for doc in dict.fromkeys(ranking) if doc in labels]
+        expected.append(
+            (
+                [labels[doc] for doc in judged],
+                [True] * len(judged),
+                sorted(labels.values(), reverse=True),
+            )
+        )
+    assert _per_query(builder.build().condensed()) == expected
+
+
+def test_a_batch_with_every_document_judged_is_returned_as_it_is() -> None:
+    builder = BatchBuilder()
+    builder.add(["a", "b"], {"a": 1.0, "b": 0.0})
+    batch = builder.build()
+    assert batch.with_unjudged_relevant(1.0) is batch
+    assert batch.condensed() is batch
+    assert np.array_equal(batch.label_grades, [1.0, 0.0])

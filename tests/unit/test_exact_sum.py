@@ -1,0 +1,57 @@
+"""``stats.exact_sum`` against ``math.fsum`` (Shewchuk's exact summation, correctly rounded): the
+two must agree bit for bit on any finite input whose sum is a finite double."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankgate.stats import exact_sum
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False, width=64)
+# Magnitudes that cancel and differ by hundreds of binary orders, subnormals included.
+SPREAD = st.builds(
+    lambda sign, mantissa, power: sign * mantissa * 2.0**power,
+    st.sampled_from([-1.0, 0.0, 1.0]),
+    st.floats(0.5, 1.0),
+    st.integers(-1074, 1000),
+)
+
+
+def _fsum(values: list[float]) -> float:
+    try:
+        return math.fsum(values)
+    except OverflowError:  # fsum refuses a sum past the largest double; exact_sum says inf
+        return math.nan
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(FINITE, SPREAD), max_size=60))
+def test_equals_fsum_bit_for_bit(values: list[float]) -> None:
+    expected = _fsum(values)
+    if math.isnan(expected) or math.isinf(expected):
+        return
+    found = exact_sum(np.array(values, dtype=np.float64))
+    # A zero sum is +0.0 here (fsum keeps the sign of a sum of negative zeros: "-0.0000").
+    assert found.hex() == expected.hex() if expected else found.hex() == "0x0.0p+0"
+
+
+def test_a_million_metric_values_and_their_cancellation() -> None:
+    values = np.random.default_rng(3).random(1_000_000)
+    assert exact_sum(values) == math.fsum(values.tolist())
+    both = np.concatenate([values, -values[::-1]])
+    assert exact_sum(both) == 0.0
+
+
+def test_edges() -> None:
+    assert exact_sum(np.array([])) == 0.0
+    assert exact_sum(np.zeros(7)) == 0.0
+    assert math.copysign(1.0, exact_sum(np.array([-0.0, -0.0]))) == 1.0
+    assert exact_sum(np.array([5e-324, 5e-324])) == 1e-323
+    assert exact_sum(np.array([1e308, 1e308, -1e308])) == 1e308  # fsum overflows midway
+    assert exact_sum(np.array([-1e308, -1e308])) == -math.inf
+    assert exact_sum(np.array([math.inf, 1.0])) == math.inf
+    assert math.isnan(exact_sum(np.array([math.nan, 1.0])))
