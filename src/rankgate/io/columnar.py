@@ -172,7 +172,16 @@ def _arrow_chunks(
         for batch in prefetched(source.batches(CHUNK_ROWS, wanted)):
             if normalised:
                 table = _renamed(batch, fields, segment_fields)
-                slow = np.zeros(batch.num_rows, dtype=np.bool_)
+                # Labels may come from a labels file, merged per query there and never held to
+                # the per-query bound: the validator words that error, as for any other source.
+                labels = sum(
+                    entries(table.column(name))
+                    for name in ("relevant_ids", "relevance_scores")
+                    if name in table.schema.names
+                )
+                slow = np.asarray(labels) > limits.MAX_LABELS_PER_QUERY
+                if not slow.shape:
+                    slow = np.zeros(batch.num_rows, dtype=np.bool_)
             else:
                 table, slow = _normalised(batch, fields, segment_fields)
             present = {
@@ -494,10 +503,17 @@ def _json_chunks(
         with ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="rankgate-parse") as pool:
             pending: deque[Any] = deque()
             try:
-                for piece in source.line_chunks(CHUNK_BYTES):
-                    pending.append(pool.submit(parse_piece, piece))
-                    if len(pending) >= PARSE_THREADS:
+                try:
+                    for piece in source.line_chunks(CHUNK_BYTES):
+                        pending.append(pool.submit(parse_piece, piece))
+                        if len(pending) >= PARSE_THREADS:
+                            yield pending.popleft().result()
+                except Exception:
+                    # A read that fails (a truncated gzip) still hands over the chunks read
+                    # before it, so an invalid record there is the error reported, as in order.
+                    while pending:
                         yield pending.popleft().result()
+                    raise
                 while pending:
                     yield pending.popleft().result()
             finally:
