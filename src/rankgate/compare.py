@@ -27,7 +27,10 @@ The steps, each reusing the evaluation pipeline rather than re-implementing it:
 6. flag a cell as a regression (or improvement) when its adjusted p is below alpha and its delta is
    beyond the practical margin, or as ``label-limited`` when unjudged documents could decide it
    (``compare_unjudged``: each metric is also scored under every unjudged policy, with judged@k);
-   the candidate's own gates (thresholds per segment) are checked too.
+   the candidate's own gates (thresholds per segment) are checked too;
+7. give every cell left without a flag its minimum detectable effect (``rankgate.power``) and, when
+   the policy asks for one (``GatePolicy.min_detectable``), fail a "no regression" that had too
+   little power to see a change that size (``Cell.underpowered``).
 
 Every metric here is better when higher, so a negative delta is a loss.
 """
@@ -48,6 +51,7 @@ from rankgate.compare_cells import (
     Cell,
     Significance,
     cells_from_values,
+    check_detectable,
     flag_cells,
 )
 from rankgate.compare_labels import LabelBook
@@ -200,9 +204,17 @@ class CandidateResult:
         return tuple(cell for cell in self.cells if cell.status == LABEL_LIMITED)
 
     @property
+    def underpowered(self) -> tuple[Cell, ...]:
+        """Cells whose "no regression" had too little power for the policy's ``min_detectable``."""
+        return tuple(cell for cell in self.cells if cell.underpowered is not None)
+
+    @property
     def passed(self) -> bool:
-        """False on a missed gate or a regression, or a label-limited cell when it fails."""
+        """False on a missed gate, a regression or an underpowered cell, or a label-limited cell
+        when it fails."""
         if self.fail_on_label_limited and self.label_limited:
+            return False
+        if self.underpowered:
             return False
         return self.candidate.passed and not any(c.flag == "regression" for c in self.cells)
 
@@ -271,6 +283,12 @@ class Comparison:
         return tuple(cell for cell in self.cells if cell.status == LABEL_LIMITED)
 
     @property
+    def underpowered(self) -> tuple[Cell, ...]:
+        """Cells that fail ``GatePolicy.min_detectable``: not flagged, and unable to have seen a
+        change of that size at 80% power."""
+        return tuple(cell for cell in self.cells if cell.underpowered is not None)
+
+    @property
     def next_step(self) -> str | None:
         """What to do about the label-limited cells, in words (None when there are none)."""
         limited = self.label_limited
@@ -280,7 +298,8 @@ class Comparison:
         listed = (
             f"the {len(self.unjudged_pairs):,} distinct pairs are listed"
             if self.unjudged_pairs is not None
-            else "--unjudged-pairs FILE lists them as JSON Lines"
+            else "`rankgate labels todo` with the same sources lists them first, under a "
+            "budget, for annotators; --unjudged-pairs FILE lists them all as JSON Lines"
         )
         verdict = (
             "they fail this run (--fail-on-label-limited)"
@@ -295,8 +314,8 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        """False when any cell is a regression or any candidate misses a gate (or, under
-        ``Significance.fail_on_label_limited``, any cell is label-limited)."""
+        """False when any cell is a regression or underpowered, or any candidate misses a gate
+        (or, under ``Significance.fail_on_label_limited``, any cell is label-limited)."""
         return all(result.passed for result in self.results)
 
     def result(self, candidate: str) -> CandidateResult:
@@ -377,6 +396,13 @@ class Comparison:
                 ("delta_condensed", pa.float64()),
                 ("delta_relevant", pa.float64()),
                 ("label_limited_reason", pa.string()),
+                ("baseline_sd", pa.float64()),
+                ("candidate_sd", pa.float64()),
+                ("delta_sd", pa.float64()),
+                ("minimum_detectable_effect", pa.float64()),
+                ("detectable_alpha", pa.float64()),
+                ("min_detectable", pa.float64()),
+                ("underpowered", pa.string()),
             ]
         )
         return pa.Table.from_pylist(rows, schema=schema)
@@ -455,6 +481,8 @@ def compare(
         metrics, gates, settings, policy: as for ``evaluate``; the gates are checked on each
             candidate, per segment.
         significance: test, correction, alpha and margin (defaults: paired t-test, Holm, 0.05, 0).
+            Every cell left without a flag carries its minimum detectable effect; the policy's
+            ``min_detectable`` fails those that could not have seen a change that size.
         labels: a source of labels (records with ``query_id`` and ``relevant_ids`` or
             ``relevance_scores``, or a TREC qrels file, recognised by name or layout).
         labels_format: the label file's format (``rankgate.labels.LABEL_FORMATS``), when
@@ -476,6 +504,7 @@ def compare(
             between sources.
         UsageError: too few sides, a variant value that is not in the data, or no shared query
             under ``pairing="paired"``.
+        ConfigError: a ``min_detectable`` not above the margin, or other settings out of range.
     """
     settings = settings or Settings()
     if settings.resamples < 1:
@@ -484,6 +513,7 @@ def compare(
         raise ConfigError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
     policy = policy or GatePolicy()
     significance = significance or Significance()
+    check_detectable(policy, significance)
     if list_unjudged and settings.label_filter.active:
         raise UsageError(
             "listing unjudged pairs does not go with a label filter (--corpus, --max-label-age): "

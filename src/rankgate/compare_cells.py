@@ -14,6 +14,12 @@ Two designs, because an A/B test is run in two ways:
 
 Every metric here is better when higher, so a negative delta is a loss.
 
+Each cell that is not flagged also carries its minimum detectable effect: the smallest |delta|
+its test had 80% power to flag (``rankgate.power``), at the level a cell is flagged at whatever the
+other cells show (alpha over the number of cells: the first step of Holm's correction, and
+Benjamini-Hochberg's with a single discovery). A ``min_detectable`` in the gate policy fails a cell
+whose verdict could not have seen a change that size (``Cell.underpowered``).
+
 When the per-query values include each metric under every unjudged-document policy and the
 judged@k evidence (``compare_unjudged.evidence_specs``), each cell also carries a
 ``LabelEvidence``, and ``flag_cells`` marks a cell ``label-limited`` rather than a regression or an
@@ -44,6 +50,14 @@ from rankgate.compare_unjudged import (
 from rankgate.errors import ConfigError
 from rankgate.fast import text_array, texts_of
 from rankgate.gates import GatePolicy
+from rankgate.power import (
+    DETECTABLE_POWER,
+    NO_SPREAD,
+    combined_sd,
+    effect_size_paired,
+    effect_size_two_sample,
+    spread_of,
+)
 from rankgate.segments import SegmentKey
 from rankgate.spec import MetricSpec, unjudged_variants
 from rankgate.stats import (
@@ -155,6 +169,17 @@ class Cell:
     ``evidence``: judged@k of both arms, the delta under each unjudged-document policy and the
     unjudged pairs that decide the cell (None for a metric that takes no unjudged policy, or when
     the values behind the cell did not include the evidence).
+
+    ``baseline_sd``/``candidate_sd``: each side's standard deviation of the per-query values
+    (n - 1; None below two queries); ``delta_sd``: that of the per-query deltas (paired only).
+    ``minimum_detectable_effect``: for a cell that is not flagged, the smallest |delta| its test
+    had ``power.DETECTABLE_POWER`` (80%) power to flag at the per-cell level (``detectable_alpha``:
+    alpha over the run's cells; see the module docstring), from the paired formula or the
+    two-sample one (``rankgate.power``); None for a flagged cell, or when it cannot be estimated
+    (fewer than two queries, no spread). The randomization test is planned as the t-test it
+    approximates. ``min_detectable``: the policy's requirement on this cell (None: none);
+    ``underpowered``: why the cell fails it, None when it does not (a cell that is flagged,
+    insufficient or label-limited is never underpowered: its verdict has its own rule).
     """
 
     candidate: str
@@ -179,6 +204,13 @@ class Cell:
     baseline_queries: int | None = None
     candidate_queries: int | None = None
     evidence: LabelEvidence | None = None
+    baseline_sd: float | None = None
+    candidate_sd: float | None = None
+    delta_sd: float | None = None
+    minimum_detectable_effect: float | None = None
+    detectable_alpha: float | None = None
+    min_detectable: float | None = None
+    underpowered: str | None = None
 
     @property
     def group(self) -> str:
@@ -209,6 +241,13 @@ class Cell:
             "status": self.status,
             "flag": self.flag,
             **_evidence_fields(self.evidence),
+            "baseline_sd": self.baseline_sd,
+            "candidate_sd": self.candidate_sd,
+            "delta_sd": self.delta_sd,
+            "minimum_detectable_effect": self.minimum_detectable_effect,
+            "detectable_alpha": self.detectable_alpha,
+            "min_detectable": self.min_detectable,
+            "underpowered": self.underpowered,
         }
 
 
@@ -277,10 +316,16 @@ def cells_from_values(
             cutoff of ``metrics``, else 10). When both sides' values hold a metric's
             ``compare_unjudged.evidence_specs``, its cells carry a ``LabelEvidence``.
 
-    Groups with no query (unpaired: on either side) get no cell.
+    Groups with no query (unpaired: on either side) get no cell. Each cell carries the
+    ``min_detectable`` the policy asks of its group.
+
+    Raises:
+        ConfigError: a ``min_detectable`` no larger than the practical margin (a change that small
+            is never flagged, so no comparison could show the power to see it).
     """
     policy = policy or GatePolicy()
     significance = significance or Significance()
+    check_detectable(policy, significance)
     if design not in ("paired", "unpaired"):
         raise ValueError(f"design must be 'paired' or 'unpaired', got {design!r}")
     before_segments = baseline_segments or {}
@@ -321,6 +366,9 @@ def cells_from_values(
             after = candidate_values[spec][after_rows]
             make = _paired_cell if design == "paired" else _unpaired_cell
             cell = make(candidate, key, spec, before, after, status, significance, seed, resamples)
+            required = policy.detectable_for(key)
+            if required is not None:
+                cell = replace(cell, min_detectable=required)
             if has_evidence(baseline_values, spec, depth) and has_evidence(
                 candidate_values, spec, depth
             ):
@@ -338,6 +386,20 @@ def cells_from_values(
                 cell = replace(cell, evidence=evidence)
             cells.append(cell)
     return cells
+
+
+def check_detectable(policy: GatePolicy, significance: Significance) -> None:
+    """Refuse a ``min_detectable`` (the policy's or a segment's) that is not above the margin."""
+    asked = [("min_detectable", policy.min_detectable)] + [
+        (f"[segments] {rule.key} min_detectable", rule.min_detectable) for rule in policy.rules
+    ]
+    for where, value in asked:
+        if value is not None and value <= significance.margin:
+            raise ConfigError(
+                f"{where} = {value:g} is not above the margin ({significance.margin:g}): compare "
+                "never flags a change within the margin, so no comparison could show the power "
+                "to see it"
+            )
 
 
 class _CountCache:
@@ -420,6 +482,10 @@ def flag_cells(
 
     the cell is ``label-limited`` instead: no flag, and a ``reason`` (see ``_label_limit``). When
     both ends agree, the cell keeps its verdict.
+
+    Every cell left without a flag then gets its minimum detectable effect at the per-cell level
+    alpha / m (m: the cells of the run), and, when it carries a ``min_detectable`` and its status
+    is ``ok``, is ``underpowered`` if that effect is larger (or cannot be estimated).
     """
     flat = [cell for group in cells for cell in group]
     adjusted = adjust_pvalues([cell.p_value for cell in flat], significance.correction)
@@ -427,16 +493,92 @@ def flag_cells(
         policy: adjust_pvalues([_policy_p(cell, policy) for cell in flat], significance.correction)
         for policy in _policies_in(flat)
     }
+    detectable = _Detectable(significance.alpha / max(len(flat), 1))
     position = 0
     finished = []
     for group in cells:
         flagged = []
         for cell in group:
             policy_adjusted = {policy: found[position] for policy, found in by_policy.items()}
-            flagged.append(_flagged(cell, adjusted[position], policy_adjusted, significance))
+            done = _flagged(cell, adjusted[position], policy_adjusted, significance)
+            flagged.append(detectable.judged(done))
             position += 1
         finished.append(tuple(flagged))
     return finished
+
+
+class _Detectable:
+    """Minimum detectable effects at one per-cell level. The standardised effect depends only on
+    the design and the counts, so it is solved once per distinct (design, counts) and scaled by
+    each cell's standard deviation."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self.effect_sizes: dict[tuple[str, int, int], float] = {}
+
+    def judged(self, cell: Cell) -> Cell:
+        """``cell`` with its minimum detectable effect and, under a requirement, its verdict."""
+        if cell.flag is not None:
+            return replace(cell, detectable_alpha=self.alpha)
+        effect = self.effect(cell)
+        reason = None
+        if cell.min_detectable is not None and cell.status == "ok":
+            reason = _underpowered(cell, effect, cell.min_detectable)
+        return replace(
+            cell,
+            minimum_detectable_effect=effect,
+            detectable_alpha=self.alpha,
+            underpowered=reason,
+        )
+
+    def effect(self, cell: Cell) -> float | None:
+        """The cell's minimum detectable |delta|; None below two queries a side; 0 when the
+        per-query values have no spread."""
+        n_b = cell.baseline_queries or 0
+        n_c = cell.candidate_queries or 0
+        if min(n_b, n_c) < 2:
+            return None
+        if cell.design == "paired":
+            sd = cell.delta_sd
+        elif cell.baseline_sd is not None and cell.candidate_sd is not None:
+            sd = combined_sd(cell.baseline_sd, cell.candidate_sd, n_b, n_c)
+        else:
+            sd = None
+        if sd is None:
+            return None
+        if not sd > NO_SPREAD:
+            # Every query moved alike (an unflagged cell: not at all). Any change the same for
+            # every query would have been flagged, so the comparison could detect any |delta|.
+            return 0.0
+        key = (cell.design, n_b, n_c)
+        size = self.effect_sizes.get(key)
+        if size is None:
+            size = self.effect_sizes[key] = (
+                effect_size_paired(n_b, power=DETECTABLE_POWER, alpha=self.alpha)
+                if cell.design == "paired"
+                else effect_size_two_sample(n_b, n_c, power=DETECTABLE_POWER, alpha=self.alpha)
+            )
+        return size * sd
+
+
+def _underpowered(cell: Cell, effect: float | None, required: float) -> str | None:
+    """Why ``cell`` (not flagged) fails a ``min_detectable`` of ``required``; None if it does not."""
+    counted = (
+        f"{cell.queries:,} paired queries"
+        if cell.design == "paired"
+        else f"{cell.baseline_queries:,} + {cell.candidate_queries:,} queries"
+    )
+    if effect is None:
+        return (
+            f"no spread in the per-query values of {counted} to estimate its power from "
+            f"(min_detectable {required:g})"
+        )
+    if effect > required:
+        return (
+            f"could detect only |delta| >= {effect:.4f} with {counted} at "
+            f"{DETECTABLE_POWER:.0%} power, not the {required:g} min_detectable asks for"
+        )
+    return None
 
 
 def _policies_in(cells: Sequence[Cell]) -> list[str]:
@@ -525,6 +667,9 @@ def _paired_cell(
         design="paired",
         baseline_queries=len(before),
         candidate_queries=len(after),
+        baseline_sd=spread_of(before),
+        candidate_sd=spread_of(after),
+        delta_sd=spread_of(deltas),
     )
 
 
@@ -567,6 +712,8 @@ def _unpaired_cell(
         design="unpaired",
         baseline_queries=len(before),
         candidate_queries=len(after),
+        baseline_sd=spread_of(before),
+        candidate_sd=spread_of(after),
     )
 
 

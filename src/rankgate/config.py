@@ -6,6 +6,8 @@ Example::
     relevance_threshold = 1          # grade a document needs to count as relevant
     empty_relevant = "skip"          # or "zero"
     on_invalid = "fail"              # or "skip"
+    min_detectable = 0.02            # compare: a cell passes as "no regression" only if it had
+                                     # 80% power to see a change of 0.02 (also per segment)
 
     [fields]                         # where trace fields live in each record
     retrieved_ids = "metadata.retrieval.ids"
@@ -63,8 +65,9 @@ _KNOWN_KEYS = {
     "ids",
     "served_k",
     "missing_trace",
+    "min_detectable",
 }
-_SEGMENT_KEYS = {"gates", "min_queries", "min_coverage", "gate_on"}
+_SEGMENT_KEYS = {"gates", "min_queries", "min_coverage", "gate_on", "min_detectable"}
 _ID_RULES = ("doc_id", "doc_id_regex", "doc_id_map")
 _ID_KEYS = {*_ID_RULES, "chunk_column", "doc_column"}
 
@@ -98,6 +101,9 @@ class Config:
     served_k: int | None = None
     #: What a labeled query without a trace counts as: "skip" (left out) or "zero" (trec_eval -c).
     missing_trace: str | None = None
+    #: The change compare's "no regression" cells must have had 80% power to detect (compare's
+    #: ``GatePolicy.min_detectable``); a segment's table may set its own.
+    min_detectable: float | None = None
 
 
 def load_config(path: Path) -> Config:
@@ -123,7 +129,9 @@ def load_config(path: Path) -> Config:
     except RankgateError as problem:
         raise ConfigError(str(problem)) from None
     rules = _segment_rules(_table(data, "segments", path), path)
-    policy_values = {key: data.get(key) for key in ("gate_on", "min_queries", "min_coverage")}
+    policy_values = {
+        key: data.get(key) for key in ("gate_on", "min_queries", "min_coverage", "min_detectable")
+    }
     try:
         GatePolicy(
             **{key: value for key, value in policy_values.items() if value is not None},
@@ -149,6 +157,7 @@ def load_config(path: Path) -> Config:
         min_queries=policy_values["min_queries"],
         min_coverage=policy_values["min_coverage"],
         gate_on=policy_values["gate_on"],
+        min_detectable=policy_values["min_detectable"],
         strict_segments=_typed(data, "strict_segments", bool, path),
         # A corpus path in the file is relative to the file, like any path a config names.
         corpus=None if corpus is None else path.parent / _typed(data, "corpus", str, path),
@@ -264,6 +273,7 @@ def _segment_rules(table: dict[str, Any], path: Path) -> tuple[SegmentRule, ...]
                     min_queries=settings.get("min_queries"),
                     min_coverage=settings.get("min_coverage"),
                     gate_on=settings.get("gate_on"),
+                    min_detectable=settings.get("min_detectable"),
                 )
             )
     return tuple(rules)

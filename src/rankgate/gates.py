@@ -119,30 +119,57 @@ class SegmentRule:
     min_queries: int | None = None
     min_coverage: float | None = None
     gate_on: str | None = None
+    min_detectable: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GatePolicy:
     """How gates decide: on the mean or an interval bound, how many queries a segment needs,
-    whether too few is a failure, minimum coverage, and per-segment overrides."""
+    whether too few is a failure, minimum coverage, and per-segment overrides.
+
+    ``min_detectable`` (compare only): a cell that is not flagged passes only when the comparison
+    had 80% power to detect a change of this size (its minimum detectable effect, in the metric's
+    units, is at most this), so that an under-powered "no regression" fails instead of passing
+    as safe; None (the default) asks nothing. A segment's rule may set its own.
+    """
 
     gate_on: str = "mean"
     min_queries: int = DEFAULT_MIN_QUERIES
     strict_segments: bool = False
     min_coverage: float | None = None
     rules: tuple[SegmentRule, ...] = ()
+    min_detectable: float | None = None
 
     def __post_init__(self) -> None:
-        _check_policy_values(self.gate_on, self.min_queries, self.min_coverage, "policy")
+        _check_policy_values(
+            self.gate_on, self.min_queries, self.min_coverage, "policy", self.min_detectable
+        )
         for rule in self.rules:
-            _check_policy_values(rule.gate_on, rule.min_queries, rule.min_coverage, str(rule.key))
+            _check_policy_values(
+                rule.gate_on,
+                rule.min_queries,
+                rule.min_coverage,
+                str(rule.key),
+                rule.min_detectable,
+            )
 
     def rule(self, key: SegmentKey) -> SegmentRule | None:
         return next((rule for rule in self.rules if rule.key == key), None)
 
+    def detectable_for(self, key: SegmentKey | None) -> float | None:
+        """The ``min_detectable`` in force on a group: its segment's own, else the policy's."""
+        rule = None if key is None else self.rule(key)
+        if rule is not None and rule.min_detectable is not None:
+            return rule.min_detectable
+        return self.min_detectable
+
 
 def _check_policy_values(
-    gate_on: str | None, min_queries: int | None, min_coverage: float | None, where: str
+    gate_on: str | None,
+    min_queries: int | None,
+    min_coverage: float | None,
+    where: str,
+    min_detectable: float | None = None,
 ) -> None:
     if gate_on is not None and gate_on not in GATE_ON:
         raise ConfigError(f"{where}: gate_on must be one of {', '.join(GATE_ON)}, got {gate_on!r}")
@@ -156,6 +183,15 @@ def _check_policy_values(
         or not 0.0 <= min_coverage <= 1.0
     ):
         raise ConfigError(f"{where}: min_coverage must be a number in [0, 1], got {min_coverage!r}")
+    if min_detectable is not None and (
+        isinstance(min_detectable, bool)
+        or not isinstance(min_detectable, (int, float))
+        or not 0.0 < min_detectable < math.inf
+    ):
+        raise ConfigError(
+            f"{where}: min_detectable must be a number > 0 (a change in the metric's units), "
+            f"got {min_detectable!r}"
+        )
 
 
 def parse_gate(text: str) -> Gate:

@@ -151,7 +151,7 @@ def read_judgments(
                 reading.invalid_examples.append(str(problem))
             continue
         if not found:
-            reading.skip("no_labels")
+            reading.skip("ungraded" if _ungraded(raw.value) else "no_labels")
         reading.judgments += len(found)
         yield from found
 
@@ -207,11 +207,87 @@ def _store_judgments(url: str) -> Iterator[Judgment]:
 
 def _judgments(raw: RawRecord, fields: FieldMap, source: str | None) -> Iterator[Judgment]:
     record = raw.value
+    if _is_label_studio_task(record):
+        yield from _label_studio_judgment(record, raw.location, fields, source)
+        return
     if isinstance(record, dict) and any(key in record for key in DOCUMENT_KEYS):
-        yield _row_judgment(record, raw.location, fields, source)
+        if not _ungraded(record):
+            yield _row_judgment(record, raw.location, fields, source)
         return
     trace = validate_record(raw, fields, require_query_id=True, require_ranking=False)
     yield from judgments_of(trace, source)
+
+
+def _ungraded(record: Any) -> bool:
+    """A judgment row whose grade is still to be given (null or empty, as ``rankgate labels
+    todo`` writes it): not a judgment yet, and not an error either. A Label Studio task with no
+    completed annotation is one too."""
+    if _is_label_studio_task(record):
+        return _label_studio_choice(record) is None
+    if not isinstance(record, dict) or not any(key in record for key in DOCUMENT_KEYS):
+        return False
+    grade_key = next((k for k in GRADE_KEYS if k in record), None)
+    if grade_key is None:
+        return False
+    grade = record[grade_key]
+    return grade is None or (isinstance(grade, str) and not grade.strip())
+
+
+# --- Label Studio ------------------------------------------------------------------------------
+# An export of Label Studio (JSON, "JSON-MIN" aside) is a list of tasks: ``data`` holds what the
+# task was created with (``labels todo --format label-studio`` writes query_id and document_id
+# there) and ``annotations`` what annotators gave; the grade is the choice (or rating) of the
+# latest annotation that was not cancelled.
+
+
+def _is_label_studio_task(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("data"), dict)
+        and isinstance(record.get("annotations"), list)
+    )
+
+
+def _label_studio_choice(record: dict[str, Any]) -> tuple[Any, Any] | None:
+    """(grade as given, time of the annotation) from the latest completed annotation."""
+    latest: tuple[Any, Any] | None = None
+    for annotation in record["annotations"]:
+        if not isinstance(annotation, dict) or annotation.get("was_cancelled"):
+            continue
+        for result in annotation.get("result") or ():
+            value = result.get("value") if isinstance(result, dict) else None
+            if not isinstance(value, dict):
+                continue
+            if isinstance(value.get("choices"), list) and value["choices"]:
+                given = value["choices"][0]
+            elif "rating" in value:
+                given = value["rating"]
+            elif "number" in value:
+                given = value["number"]
+            else:
+                continue
+            stamp = annotation.get("updated_at") or annotation.get("created_at")
+            if latest is None or (stamp is not None and str(stamp) >= str(latest[1] or "")):
+                latest = (given, stamp)
+    return latest
+
+
+def _label_studio_judgment(
+    record: dict[str, Any], location: Location, fields: FieldMap, source: str | None
+) -> Iterator[Judgment]:
+    found = _label_studio_choice(record)
+    if found is None:
+        return
+    given, stamp = found
+    data = record["data"]
+    key = next((k for k in DOCUMENT_KEYS if k in data), DOCUMENT_KEYS[0])
+    row = {
+        fields.query_id: data.get(fields.query_id),
+        key: data.get(key),
+        GRADE_KEYS[0]: given,
+        LABELED_AT_KEY: stamp,
+    }
+    yield _row_judgment(row, location, fields, source)
 
 
 def judgments_of(trace: Trace, source: str | None) -> Iterator[Judgment]:

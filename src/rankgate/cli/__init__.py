@@ -29,6 +29,7 @@ from rankgate.cli import (
     eval_command,
     metrics_command,
     monitor_command,
+    plan_command,
     store_command,
 )
 from rankgate.cli.terminal import (
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     metrics_command.add_parser(commands)
     store_command.add_parsers(commands)
     monitor_command.add_parser(commands)
+    plan_command.add_parser(commands)
     return parser
 
 

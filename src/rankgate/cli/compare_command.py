@@ -25,7 +25,7 @@ from rankgate.cli.options import (
 from rankgate.cli.terminal import (
     EXIT_FAILED,
     EXIT_OK,
-    ProgressBar,
+    SourceProgress,
     style_for,
     write_extra_report,
     write_report,
@@ -146,6 +146,14 @@ def add_parser(commands: Any) -> None:
         default=0.0,
         help="practical margin: flag only deltas beyond it, in the metric's units (default 0)",
     )
+    tests.add_argument(
+        "--min-detectable",
+        type=float,
+        metavar="DELTA",
+        help="fail a cell that is not flagged unless the comparison could detect a change of "
+        "DELTA (80%% power): an under-powered 'no regression' is not a pass (rankgate.toml: "
+        "min_detectable, per segment too)",
+    )
     unjudged = parser.add_argument_group("unjudged documents")
     unjudged.add_argument(
         "--unjudged-tolerance",
@@ -237,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
             require_file(Path(path))
         sides = [TrecSource(path, args.qrels) for path in args.sources]
     baseline, *candidates = sides
-    bar = _Progress(sys.stderr, enabled=not args.no_progress)
+    bar = SourceProgress(sys.stderr, enabled=not args.no_progress)
     try:
         comparison = compare(
             baseline,
@@ -363,24 +371,3 @@ def _sides(args: argparse.Namespace, variant_field: str | None) -> list[str]:
     if args.baseline_value is None:
         raise UsageError("with --variant-field, name the baseline's value with --baseline VALUE")
     return [args.sources[0], args.baseline_value, *args.candidate_values]
-
-
-class _Progress:
-    """One progress bar per source, each drawn only while that source is read."""
-
-    def __init__(self, stream: Any, enabled: bool) -> None:
-        self._stream = stream
-        self._enabled = enabled
-        self._name: str | None = None
-        self._bar: ProgressBar | None = None
-
-    def update(self, name: str, records: int, done: int, total: int | None) -> None:
-        if self._bar is None or name != self._name:
-            self.close()
-            self._name = name
-            self._bar = ProgressBar(name, self._stream, enabled=self._enabled)
-        self._bar.update(records, done, total)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()

@@ -542,6 +542,8 @@ def policy_from(args: argparse.Namespace, config: Config) -> GatePolicy:
         min_queries=first(args.min_queries, config.min_queries, DEFAULT_MIN_QUERIES),
         strict_segments=first(args.strict_segments, config.strict_segments, False),
         min_coverage=first(args.min_coverage, config.min_coverage, _UNSET),
+        # Only ``rankgate compare`` has the option; rankgate.toml may state it for every command.
+        min_detectable=first(getattr(args, "min_detectable", None), config.min_detectable, _UNSET),
         rules=config.rules,
     )
 

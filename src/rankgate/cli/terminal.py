@@ -18,6 +18,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "ProgressBar",
+    "SourceProgress",
     "abort",
     "mask_credentials",
     "one_line",
@@ -139,3 +140,26 @@ class ProgressBar:
         if self._drawn:
             self._stream.write("\r\x1b[K")
             self._stream.flush()
+
+
+class SourceProgress:
+    """One progress bar per source, each drawn only while that source is read: the ``progress``
+    callback of ``compare`` and of ``labels_todo`` (source name, records, units done, total)."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self._stream = stream
+        self._enabled = enabled
+        self._name: str | None = None
+        self._bar: ProgressBar | None = None
+
+    def update(self, name: str, records: int, done: int, total: int | None) -> None:
+        if self._bar is None or name != self._name:
+            self.close()
+            self._name = name
+            self._bar = ProgressBar(name, self._stream, enabled=self._enabled)
+        self._bar.update(records, done, total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

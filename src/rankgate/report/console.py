@@ -10,6 +10,7 @@ from rankgate.compare import CandidateResult, Cell, Comparison
 from rankgate.compare_unjudged import LABEL_LIMITED, judged_depth
 from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
+from rankgate.power import DETECTABLE_POWER
 from rankgate.report.numbers import format_against, format_margin, format_threshold
 from rankgate.report.unjudged_text import (
     LABEL_LIMITED_MARKER,
@@ -22,9 +23,12 @@ from rankgate.segments import Group
 
 __all__ = [
     "NO_GATES",
+    "UNDERPOWERED_MARKER",
     "Style",
     "counted",
     "depth_text",
+    "detectable_line",
+    "detectable_text",
     "eval_verdict_text",
     "format_p",
     "query_set_lines",
@@ -33,6 +37,7 @@ __all__ = [
     "render_table",
     "render_verdict",
     "shown_query_id",
+    "underpowered_text",
 ]
 
 
@@ -422,12 +427,54 @@ def _signed(margin: float) -> str:
 # --- comparisons ----------------------------------------------------------------------------------
 
 _MARKERS = {"regression": "▼ regression", "improvement": "▲ improvement"}
+#: The marker of a cell that fails ``min_detectable`` (every report format shows it).
+UNDERPOWERED_MARKER = "✗ underpowered"
 
 
 def _marker(cell: Cell) -> str:
     if cell.status == LABEL_LIMITED and cell.evidence is not None:
         return f"{LABEL_LIMITED_MARKER} ({counted(cell.evidence.unjudged_pairs, 'pair')})"
+    if cell.underpowered is not None:
+        return UNDERPOWERED_MARKER
     return _MARKERS.get(cell.flag or "", "")
+
+
+def detectable_text(cell: Cell) -> str:
+    """A cell's minimum detectable |delta| for a table: ``"≥0.0310"``; ``"n/a"`` when it cannot
+    be estimated; empty for a flagged cell (it detected its change)."""
+    if cell.flag is not None:
+        return ""
+    effect = cell.minimum_detectable_effect
+    return "n/a" if effect is None else f"≥{effect:.4f}"
+
+
+def detectable_line(result: CandidateResult) -> str | None:
+    """One line for the overall cells that are not flagged: ``"could detect |Δ ndcg@10| >= 0.0310,
+    |Δ mrr| >= 0.0420 (overall; 80% power, two-sided, alpha 0.0083 per cell)"``; None when every
+    overall cell is flagged."""
+    shown = []
+    alpha = None
+    for cell in result.cells:
+        if cell.segment is not None or cell.flag is not None:
+            continue
+        alpha = cell.detectable_alpha
+        effect = cell.minimum_detectable_effect
+        shown.append(
+            f"|Δ {cell.metric}| >= {effect:.4f}"
+            if effect is not None
+            else f"|Δ {cell.metric}| n/a (no spread to estimate it from)"
+        )
+    if not shown:
+        return None
+    level = "" if alpha is None else f", two-sided, alpha {alpha:.2g} per cell"
+    return f"could detect {', '.join(shown)} (overall; {DETECTABLE_POWER:.0%} power{level})"
+
+
+def underpowered_text(cell: Cell) -> str:
+    """One sentence for a cell that fails ``min_detectable`` (empty for any other)."""
+    if cell.underpowered is None:
+        return ""
+    return f"{cell.group} {cell.metric}: {cell.underpowered}"
 
 
 TEST_NAMES = {"t": "paired t-test", "randomization": "paired randomization (sign-flip) test"}
@@ -530,6 +577,7 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
             "d_z" if pairing.design == "paired" else "d",
             "W/T/L",
             "judged b/c",
+            "could detect",
             "",
         )
     ]
@@ -550,6 +598,7 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
                 "n/a" if cell.effect_size is None else f"{cell.effect_size:+.2f}",
                 win_tie_loss(cell),
                 judged_text(cell),
+                detectable_text(cell),
                 _marker(cell),
             )
         )
@@ -570,6 +619,26 @@ def _candidate_section(result: CandidateResult, style: Style) -> list[str]:
                 f"else {_depth_without_cutoff(result)}), the share of each top k that is labeled"
             )
         )
+    detectable = detectable_line(result)
+    if detectable is not None:
+        lines.append(f"  {detectable}")
+    if any(cell.flag is None for cell in result.cells):
+        lines.append(
+            style.dim(
+                f"  could detect (column): the smallest |delta| each cell that is not flagged had "
+                f"{DETECTABLE_POWER:.0%} power to flag at its per-cell alpha; rankgate plan sizes "
+                "the next run"
+            )
+        )
+    underpowered = result.underpowered
+    if underpowered:
+        lines.append(
+            style.bad(
+                '  underpowered (min_detectable): "no regression" here could not have seen a '
+                "change of the size asked for:"
+            )
+        )
+        lines += [f"    {underpowered_text(cell)}" for cell in underpowered]
     limited = result.label_limited
     if limited:
         lines.append(
@@ -602,12 +671,12 @@ def _depth_without_cutoff(result: CandidateResult) -> int:
 
 
 def _flag_grid(rows: list[tuple[str, ...]], style: Style) -> list[str]:
-    plain = _grid(rows, Style(False), right=tuple(range(2, 12)))
+    plain = _grid(rows, Style(False), right=tuple(range(2, 13)))
     styled = []
     for number, (text, row) in enumerate(zip(plain, rows, strict=True)):
         if number == 0:
             styled.append(style.dim(text))
-        elif row[-1].endswith("regression"):
+        elif row[-1].endswith("regression") or row[-1] == UNDERPOWERED_MARKER:
             styled.append(style.bad(text))
         elif row[-1].endswith("improvement"):
             styled.append(style.good(text))
@@ -627,7 +696,8 @@ def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
     limited = len(comparison.label_limited)
     limited_text = f" · {limited} label-limited" if limited else ""
     fails_on_limited = comparison.significance.fail_on_label_limited and limited
-    if not regressions and not gate_misses and not fails_on_limited:
+    underpowered = len(comparison.underpowered)
+    if not regressions and not gate_misses and not fails_on_limited and not underpowered:
         gates = sum(len(result.candidate.gates) for result in comparison.results)
         gate_text = f" · {counted(gates, 'candidate gate')} passed" if gates else ""
         return style.good(
@@ -644,6 +714,8 @@ def render_comparison_verdict(comparison: Comparison, style: Style) -> str:
         )
     if gate_misses:
         parts.append(f"{counted(len(gate_misses), 'candidate gate')} missed")
+    if underpowered:
+        parts.append(f"{counted(underpowered, 'underpowered cell')} (min_detectable)")
     if fails_on_limited:
         parts.append(f"{counted(limited, 'label-limited cell')} (--fail-on-label-limited)")
     elif limited:

@@ -33,11 +33,14 @@ from rankgate.evaluate import Evaluation, Summary
 from rankgate.gates import GateOutcome
 from rankgate.report.console import (
     CORRECTION_NAMES,
+    UNDERPOWERED_MARKER,
     counted,
+    detectable_line,
     format_p,
     interval_names,
     shown_query_id,
     test_names,
+    underpowered_text,
     win_tie_loss,
 )
 from rankgate.report.numbers import format_against, format_margin, format_threshold
@@ -871,6 +874,10 @@ def render_comparison_html(comparison: Comparison, *, generated: datetime | None
         detail_html += escape(f" · {misses} candidate gate(s) missed")
     if comparison.label_limited:
         detail_html += escape(f" · {len(comparison.label_limited)} label-limited cell(s)")
+    if comparison.underpowered:
+        detail_html += escape(
+            f" · {len(comparison.underpowered)} underpowered cell(s) (min_detectable)"
+        )
     next_step = (
         ""
         if comparison.next_step is None
@@ -933,6 +940,7 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
         "<h3>Side by side</h3>",
         _filter(f"{ident}-cells", len(result.cells), "metric, segment, regression…"),
         _cells_table(f"{ident}-cells", result.cells),
+        *_power_html(result),
         *_label_limited_html(result),
         "<h3>Deltas with 95% intervals</h3>",
         _forest(result, ident),
@@ -968,6 +976,29 @@ def _candidate_html(result: CandidateResult, number: int) -> str:
     return "".join(parts)
 
 
+def _power_html(result: CandidateResult) -> list[str]:
+    """The overall cells' minimum detectable effects, and the cells that fail min_detectable."""
+    parts = []
+    line = detectable_line(result)
+    if line is not None:
+        parts.append(
+            f'<p class="note">{escape(line[0].upper() + line[1:])}: the smallest change each '
+            "cell that is not flagged had that power to flag (<code>rankgate plan</code> sizes "
+            "the next run).</p>"
+        )
+    if result.underpowered:
+        items = "".join(
+            f"<li>{escape(underpowered_text(cell))}</li>" for cell in result.underpowered
+        )
+        parts += [
+            "<h3>Underpowered cells</h3>",
+            '<p class="note">These "no regression" verdicts could not have seen a change of the '
+            "size <code>min_detectable</code> asks for: they fail the run.</p>",
+            f"<ul>{items}</ul>",
+        ]
+    return parts
+
+
 def _label_limited_html(result: CandidateResult) -> list[str]:
     if not result.label_limited:
         return []
@@ -994,6 +1025,8 @@ def _cells_table(ident: str, cells: Sequence[Cell]) -> str:
         marker = {"regression": "▼ regression", "improvement": "▲ improvement"}.get(flag, flag)
         if cell.status == LABEL_LIMITED and cell.evidence is not None:
             marker = f"{LABEL_LIMITED_MARKER} ({cell.evidence.unjudged_pairs:,} pairs)"
+        elif cell.underpowered is not None:
+            marker = UNDERPOWERED_MARKER
         rows.append(
             f'<tr class="{escape(cell.flag or "")}">'
             + _td(cell.group)

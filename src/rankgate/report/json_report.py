@@ -16,6 +16,7 @@ from rankgate import __version__
 from rankgate.compare import CandidateResult, Cell, Comparison
 from rankgate.evaluate import Evaluation
 from rankgate.gates import GateOutcome
+from rankgate.power import DETECTABLE_POWER
 from rankgate.segments import Group, SegmentKey
 
 __all__ = [
@@ -221,6 +222,8 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
             "min_queries": policy.min_queries,
             "strict_segments": policy.strict_segments,
             "min_coverage": policy.min_coverage,
+            "min_detectable": policy.min_detectable,
+            "detectable_power": DETECTABLE_POWER,
         },
         "read": dict(comparison.read),
         "invalid": dict(comparison.invalid),
@@ -230,6 +233,7 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
         "regressions": len(comparison.regressions),
         "improvements": len(comparison.improvements),
         "label_limited": len(comparison.label_limited),
+        "underpowered": len(comparison.underpowered),
         "next_step": comparison.next_step,
         "unjudged_pairs": (
             None if comparison.unjudged_pairs is None else len(comparison.unjudged_pairs)

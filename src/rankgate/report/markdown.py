@@ -15,13 +15,16 @@ from rankgate.compare_unjudged import LABEL_LIMITED
 from rankgate.evaluate import Evaluation
 from rankgate.report.console import (
     CORRECTION_NAMES,
+    UNDERPOWERED_MARKER,
     counted,
     depth_text,
+    detectable_line,
     eval_verdict_text,
     format_p,
     query_set_lines,
     shown_query_id,
     test_names,
+    underpowered_text,
     win_tie_loss,
 )
 from rankgate.report.numbers import format_against, format_threshold
@@ -56,8 +59,9 @@ def render_comparison_markdown(comparison: Comparison) -> str:
         "",
         f"**{'PASS' if comparison.passed else 'FAIL'}** · regressions: "
         f"{len(comparison.regressions)}, improvements: {len(comparison.improvements)}, "
-        f"label-limited: {len(comparison.label_limited)}, cells: "
-        f"{len(comparison.cells)} · {test_names(comparison)}, "
+        f"label-limited: {len(comparison.label_limited)}, "
+        + (f"underpowered: {len(comparison.underpowered)}, " if comparison.underpowered else "")
+        + f"cells: {len(comparison.cells)} · {test_names(comparison)}, "
         f"{CORRECTION_NAMES[significance.correction]} correction, alpha {significance.alpha:g}, "
         f"margin {significance.margin:g}",
     ]
@@ -94,6 +98,17 @@ def _candidate(result: CandidateResult) -> list[str]:
         "",
         *_table([cell for cell in result.cells if cell.segment is None]),
     ]
+    detectable = detectable_line(result)
+    if detectable is not None:
+        lines += ["", escape_markdown(detectable[0].upper() + detectable[1:]) + "."]
+    if result.underpowered:
+        lines += [
+            "",
+            'Underpowered (`min_detectable`: this "no regression" could not have seen a change '
+            "of the size asked for):",
+            "",
+            *(f"- {escape_markdown(underpowered_text(cell))}" for cell in result.underpowered),
+        ]
     flagged = [
         cell
         for cell in result.cells
@@ -154,6 +169,8 @@ def _table(cells: list[Cell]) -> list[str]:
 def _status(cell: Cell) -> str:
     if cell.status == LABEL_LIMITED and cell.evidence is not None:
         return f"{LABEL_LIMITED_MARKER} ({counted(cell.evidence.unjudged_pairs, 'pair')})"
+    if cell.underpowered is not None:
+        return UNDERPOWERED_MARKER
     return _FLAGS.get(cell.flag or "", "")
 
 
