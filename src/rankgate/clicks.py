@@ -29,9 +29,16 @@ unbiased estimate of ``r`` (inverse propensity weighting; Joachims et al. 2017).
 
 3. turns clicks into labels (``click_labels``): clicks over expected examinations (propensities
    clipped from below, which bounds the weight of any one click), smoothed toward the global rate
-   by a prior worth ``prior_strength`` examinations, and mapped to grades 0-3 by thresholds the user
-   gives or calibrates on a small human-labeled set (quantile matching). A pair with fewer expected
-   examinations than ``min_examinations`` stays unlabeled, and the summary counts it.
+   by a prior worth ``prior_strength`` examinations, is each pair's click score. A pair with fewer
+   expected examinations than ``min_examinations`` stays unlabeled, and the summary counts it.
+   Grades come, by default, from the graded position-based model fitted to the logs
+   (``GradeLevels``): each grade g has a click rate ``c_g`` (a grade-g result is clicked with
+   probability ``c_g`` at rank 1, ``p_k c_g`` at rank k) and a share of the pairs, both fitted by
+   EM, and a pair's grade is the one most probable given all its clicks and non-clicks at the
+   ranks it was shown at (maximum a posteriori). So the grades are set
+   where the logs' own relevance levels are, not where fixed thresholds guessed them to be, and a
+   pair seen little is judged with the uncertainty that goes with it. Fixed thresholds the user
+   gives, or thresholds calibrated on a small human-labeled set (quantile matching), replace it.
 
 References: N. Craswell, O. Zoeter, M. Taylor, B. Ramsey, "An experimental comparison of click
 position-bias models", WSDM 2008. T. Joachims, A. Swaminathan, T. Schnabel, "Unbiased
@@ -39,7 +46,10 @@ learning-to-rank with biased feedback", WSDM 2017. X. Wang, M. Bendersky, D. Met
 "Learning to rank with selection bias in personal search", SIGIR 2016. X. Wang, N. Golbandi,
 M. Bendersky, D. Metzler, M. Najork, "Position bias estimation for unbiased learning to rank in
 personal search", WSDM 2018. A. Agarwal, I. Zaitsev, X. Wang, C. Li, M. Najork, T. Joachims,
-"Estimating position bias without intrusive interventions", WSDM 2019.
+"Estimating position bias without intrusive interventions", WSDM 2019. A. P. Dempster, N. M.
+Laird, D. B. Rubin, "Maximum likelihood from incomplete data via the EM algorithm", JRSS B 39(1)
+1977. G. McLachlan, D. Peel, "Finite mixture models", Wiley 2000 (the grade levels are a finite
+mixture of the position-based model's click distributions).
 """
 
 from __future__ import annotations
@@ -59,9 +69,11 @@ from rankgate.io.validate import RawRecord, kind_name
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
+    "DEFAULT_GRADES",
     "ESTIMATORS",
     "ClickLabels",
     "ClickLog",
+    "GradeLevels",
     "Propensities",
     "click_labels",
     "estimate_propensities",
@@ -74,7 +86,20 @@ __all__ = [
 
 ESTIMATORS = ("em", "harvest", "swap")
 DEFAULT_ESTIMATOR = "harvest"
+# Fixed thresholds: what grading falls back to when too few pairs are graded to fit levels.
 DEFAULT_THRESHOLDS = (0.1, 0.3, 0.6)
+# Grade levels fitted by default (grades 0-3), and the most a user may ask for.
+DEFAULT_GRADES = 4
+MAX_GRADES = 10
+FITTED = "fitted levels"
+# Fewer graded pairs than this cannot show where the grade levels are.
+FIT_MIN_PAIRS = 50
+FIT_MAX_ITERATIONS = 500
+# The fit stops when no level's click rate or share moves by more than this in an iteration.
+FIT_TOLERANCE = 1e-6
+# Bounds of a level's click rate in the fit: rates of exactly 0 or 1 make a single click (or
+# non-click) impossible, so one pair could pull a whole level's likelihood to minus infinity.
+RATE_BOUNDS = (1e-6, 1.0 - 1e-6)
 DEFAULT_MAX_RANK = 10
 DEFAULT_CLIP = 0.05
 DEFAULT_MIN_EXAMINATIONS = 5.0
@@ -496,6 +521,119 @@ def _fill(values: Floats) -> Floats:
     return filled
 
 
+# --- grade levels ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GradeLevels:
+    """The graded position-based model, fitted to click logs.
+
+    A pair of grade g shown at rank k is clicked with probability ``p_k * rates[g]``: ``rates[g]``
+    is grade g's click rate at rank 1 (where p_1 = 1: the scale the click scores are on),
+    and ``shares[g]`` the share of the graded pairs that have grade g. Rates rise with the grade.
+    ``log_likelihood`` is that of the graded pairs' clicks, up to terms the levels do not change.
+    """
+
+    rates: Floats
+    shares: Floats
+    iterations: int
+    converged: bool
+    log_likelihood: float
+
+
+def _fit_levels(
+    pair: Ints,
+    rank: Ints,
+    clicks: Floats,
+    shown: Floats,
+    table: Floats,
+    start: Floats,
+) -> tuple[GradeLevels, Floats]:
+    """Maximum-likelihood grade levels by EM, and each pair's posterior over the grades.
+
+    One entry of ``pair`` (0, 1, ... for the pairs fitted), ``rank`` (index into ``table``),
+    ``clicks`` and ``shown`` per (pair, rank) cell; ``table`` holds propensities in (0, 1];
+    ``start`` the first click rates, increasing. The pair's grade is the E-step's hidden variable;
+    the M-step sets each share to its mean posterior and each rate to the root of the derivative of
+    its (concave) expected log-likelihood, found by bisection.
+    """
+    levels = len(start)
+    missed = shown - clicks
+    rates = start.copy()
+    shares = np.full(levels, 1.0 / levels)
+    iterations, converged = 0, False
+    while True:
+        posterior, log_likelihood = _grade_posterior(
+            pair, rank, clicks, missed, table, rates, shares
+        )
+        if converged or iterations == FIT_MAX_ITERATIONS:
+            break
+        iterations += 1
+        weight = posterior[pair]
+        new_shares = np.maximum(posterior.mean(axis=0), 1e-12)
+        new_shares /= new_shares.sum()
+        clicked = clicks @ weight
+        missed_by_rank: Floats = np.column_stack(
+            [np.bincount(rank, weight[:, g] * missed, minlength=len(table)) for g in range(levels)]
+        ).astype(np.float64)
+        new_rates = _best_rates(clicked, missed_by_rank, table)
+        change = max(np.abs(new_rates - rates).max(), np.abs(new_shares - shares).max())
+        rates, shares = new_rates, new_shares
+        converged = bool(change < FIT_TOLERANCE)
+    # EM does not keep the levels in order; grades are numbered by rising click rate.
+    order = np.argsort(rates, kind="stable")
+    fitted = GradeLevels(rates[order], shares[order], iterations, converged, log_likelihood)
+    sorted_posterior: Floats = posterior[:, order]
+    return fitted, sorted_posterior
+
+
+def _grade_posterior(
+    pair: Ints,
+    rank: Ints,
+    clicks: Floats,
+    missed: Floats,
+    table: Floats,
+    rates: Floats,
+    shares: Floats,
+) -> tuple[Floats, float]:
+    """P(grade | the pair's clicks) for every pair (pairs x grades), and the log-likelihood."""
+    click_chance = table[:, None] * rates[None, :]
+    cell = (
+        clicks[:, None] * np.log(click_chance)[rank]
+        + missed[:, None] * np.log1p(-click_chance)[rank]
+    )
+    pairs = int(pair.max()) + 1
+    joint = np.column_stack(
+        [np.bincount(pair, cell[:, g], minlength=pairs) for g in range(len(rates))]
+    ) + np.log(shares)
+    top = joint.max(axis=1, keepdims=True)
+    posterior: Floats = np.exp(joint - top)
+    total = posterior.sum(axis=1, keepdims=True)
+    posterior /= total
+    return posterior, float((top + np.log(total)).sum())
+
+
+def _best_rates(clicked: Floats, missed_by_rank: Floats, table: Floats) -> Floats:
+    """Per level, the rate r maximising ``C log r + sum_k M_k log(1 - p_k r)`` over the bounds:
+    where ``C / r = sum_k M_k p_k / (1 - p_k r)``, the slope falling in r (bisection)."""
+    low = np.full(len(clicked), RATE_BOUNDS[0])
+    high = np.full(len(clicked), RATE_BOUNDS[1])
+
+    def slope(rate: Floats) -> Floats:
+        chance = table[:, None] * rate[None, :]
+        result: Floats = clicked / rate - (missed_by_rank * table[:, None] / (1.0 - chance)).sum(0)
+        return result
+
+    # 50 halvings of an interval under 1 wide leave it under 1e-15.
+    for _ in range(50):
+        middle = (low + high) / 2
+        rising = slope(middle) > 0
+        low = np.where(rising, middle, low)
+        high = np.where(rising, high, middle)
+    best: Floats = (low + high) / 2
+    return best
+
+
 # --- labels ---------------------------------------------------------------------------------------
 
 
@@ -513,8 +651,19 @@ class ClickLabels:
     score: Floats
     std_error: Floats
     grade: Ints  # -1: too few examinations, left unlabeled
-    thresholds: tuple[float, ...]
+    thresholds: tuple[float, ...]  # () when the grades come from fitted levels
     settings: dict[str, float] = field(default_factory=dict)
+    # How the grades were set: "fitted levels", "thresholds", "default thresholds (too few pairs
+    # to fit levels)" or "calibrated on N human grades".
+    grading: str = "thresholds"
+    levels: GradeLevels | None = None
+    # With fitted levels, the posterior probability of each labeled pair's grade (NaN otherwise).
+    grade_probability: Floats | None = None
+
+    @property
+    def grades(self) -> int:
+        """How many grades there are (0 to grades - 1)."""
+        return len(self.levels.rates) if self.levels is not None else len(self.thresholds) + 1
 
     @property
     def labeled(self) -> int:
@@ -557,11 +706,13 @@ class ClickLabels:
                 }
             document = self.log.document_ids[int(self.document[index])]
             record["relevance_scores"][document] = int(self.grade[index])
-            record["label_confidence"][document] = {
+            confidence = record["label_confidence"][document] = {
                 "click_score": round(float(self.score[index]), 6),
                 "examinations": round(float(self.examinations[index]), 3),
                 "std_error": round(float(self.std_error[index]), 6),
             }
+            if self.grade_probability is not None:
+                confidence["grade_probability"] = round(float(self.grade_probability[index]), 6)
         if record:
             yield record
 
@@ -575,18 +726,32 @@ def click_labels(
     min_examinations: float = DEFAULT_MIN_EXAMINATIONS,
     thresholds: Sequence[float] | None = None,
     calibration: Mapping[tuple[str, str], float] | None = None,
+    grades: int | None = None,
 ) -> ClickLabels:
     """Clicks over expected examinations per (query, document), smoothed and graded.
 
-    ``thresholds`` are the click scores at which grades 1, 2, 3 ... begin (default
-    ``DEFAULT_THRESHOLDS``); ``calibration`` instead sets them from human grades of some pairs, so
-    the grades of those pairs are distributed as the human ones (quantile matching).
+    Grading, the first that applies:
+
+    * ``calibration``: thresholds set from human grades of some pairs, so the grades of those
+      pairs are distributed as the human ones (quantile matching);
+    * ``thresholds``: the click scores at which grades 1, 2, 3 ... begin;
+    * otherwise the graded position-based model is fitted to the pairs being graded (``grades``
+      levels, default ``DEFAULT_GRADES``; see ``GradeLevels``), and each pair gets its most
+      probable grade given its clicks at the ranks it was shown at. With fewer than
+      ``FIT_MIN_PAIRS`` such pairs the levels cannot be fitted: ``DEFAULT_THRESHOLDS`` grade them
+      instead and ``grading`` says so, or, if ``grades`` was given, ``UsageError``.
+
+    The click scores, and so any ranking of pairs by them, do not depend on the grading.
     """
     if not (math.isfinite(clip) and 0 < clip <= 1):
         raise ConfigError(f"clip must be in (0, 1], not {clip}")
     for name, value in (("prior strength", prior_strength), ("min examinations", min_examinations)):
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"{name} must be a number >= 0, not {value}")
+    if grades is not None and (
+        isinstance(grades, bool) or not isinstance(grades, int) or not 2 <= grades <= MAX_GRADES
+    ):
+        raise ConfigError(f"grades must be a whole number from 2 to {MAX_GRADES}, not {grades!r}")
     weight = propensities.at(log.rank, clip)
     pair = log.query * len(log.document_ids) + log.document
     pairs, pair_index = np.unique(pair, return_inverse=True)
@@ -607,16 +772,40 @@ def click_labels(
     std_error = np.sqrt(np.maximum(variance, 0.0)) / np.maximum(examinations + prior_strength, 1e-9)
     query, document = pairs // len(log.document_ids), pairs % len(log.document_ids)
     enough = examinations >= min_examinations
+    levels: GradeLevels | None = None
+    probability: Floats | None = None
+    cuts: tuple[float, ...] = ()
     if calibration is not None:
         cuts = _calibrated(log, query, document, score, enough, calibration)
-    else:
-        cuts = tuple(float(t) for t in (thresholds or DEFAULT_THRESHOLDS))
-        if not all(math.isfinite(t) for t in cuts):
-            raise ConfigError("thresholds must be finite numbers")
+        grading = f"calibrated on {len(calibration):,} human grades"
+    elif thresholds is not None:
+        cuts = tuple(float(t) for t in thresholds)
+        if not cuts or not all(math.isfinite(t) for t in cuts):
+            raise ConfigError("thresholds must be one or more finite numbers")
         if any(b <= a for a, b in itertools.pairwise(cuts)):
             raise ConfigError(f"thresholds must increase: {', '.join(map(str, cuts))}")
-    grade = np.searchsorted(np.asarray(cuts), score, side="right").astype(np.int64)
-    grade[~enough] = -1
+        grading = "thresholds"
+    elif int(enough.sum()) >= FIT_MIN_PAIRS:
+        grading = FITTED
+    elif grades is None:
+        cuts = DEFAULT_THRESHOLDS
+        grading = f"default thresholds (too few pairs to fit levels: {int(enough.sum())})"
+    else:
+        raise UsageError(
+            f"only {int(enough.sum())} pairs have enough examinations to fit {grades} grade levels "
+            f"(at least {FIT_MIN_PAIRS} are needed): give thresholds instead"
+        )
+    if grading == FITTED:
+        levels, posterior = _levels_of(
+            log, propensities, clip, pair_index, enough, score, grades or DEFAULT_GRADES
+        )
+        grade = np.full(len(pairs), -1, dtype=np.int64)
+        grade[enough] = posterior.argmax(axis=1)
+        probability = np.full(len(pairs), np.nan)
+        probability[enough] = posterior.max(axis=1)
+    else:
+        grade = np.searchsorted(np.asarray(cuts), score, side="right").astype(np.int64)
+        grade[~enough] = -1
     return ClickLabels(
         log=log,
         propensities=propensities,
@@ -634,6 +823,45 @@ def click_labels(
             "min_examinations": min_examinations,
             "prior": prior,
         },
+        grading=grading,
+        levels=levels,
+        grade_probability=probability,
+    )
+
+
+def _levels_of(
+    log: ClickLog,
+    propensities: Propensities,
+    clip: float,
+    pair_index: Ints,
+    enough: npt.NDArray[np.bool_],
+    score: Floats,
+    grades: int,
+) -> tuple[GradeLevels, Floats]:
+    """Grade levels fitted to the impressions of the pairs with enough examinations, and those
+    pairs' posteriors over the grades (in the order of ``np.flatnonzero(enough)``)."""
+    # Above 1, a propensity relative to rank 1 is estimation noise, and p * rate must stay a
+    # probability.
+    table: Floats = np.minimum(np.maximum(propensities.values, clip), 1.0)
+    fitted = np.full(len(enough), -1, dtype=np.int64)
+    fitted[enough] = np.arange(int(enough.sum()))
+    keep = enough[pair_index]
+    rank = np.minimum(log.rank[keep], len(table)) - 1
+    cells, cell_index = np.unique(fitted[pair_index[keep]] * len(table) + rank, return_inverse=True)
+    shown: Floats = np.bincount(cell_index).astype(np.float64)
+    clicked: Floats = np.bincount(cell_index, log.clicked[keep].astype(np.float64)).astype(
+        np.float64
+    )
+    # Start from the click scores' quantiles, spread apart so that no two levels start equal.
+    start = np.quantile(score[enough], (np.arange(grades) + 0.5) / grades)
+    start = np.clip(start, 1e-3, 0.99) + np.arange(grades) * 1e-3
+    return _fit_levels(
+        (cells // len(table)).astype(np.int64),
+        (cells % len(table)).astype(np.int64),
+        clicked,
+        shown,
+        table,
+        start,
     )
 
 
@@ -683,7 +911,7 @@ def summarise(labels: ClickLabels) -> list[str]:
     """Lines for a person: the estimator, the propensities, coverage and the grade distribution."""
     p = labels.propensities
     curve = ", ".join(f"{k}:{v:.3f}" for k, v in enumerate(p.values.tolist(), start=1))
-    counts = np.bincount(labels.grade[labels.grade >= 0], minlength=len(labels.thresholds) + 1)
+    counts = np.bincount(labels.grade[labels.grade >= 0], minlength=labels.grades)
     pairs = len(labels.grade)
     queries = len(np.unique(labels.query[labels.grade >= 0]))
     lines = [
@@ -694,9 +922,29 @@ def summarise(labels: ClickLabels) -> list[str]:
         f"labeled {labels.labeled:,} pairs in {queries:,} queries; left unlabeled "
         f"{labels.unlabeled:,} pairs with fewer than {labels.settings['min_examinations']:g} "
         "expected examinations",
-        "thresholds (click score where each grade starts): "
-        + ", ".join(f"{g + 1}: {t:.4f}" for g, t in enumerate(labels.thresholds))
-        + " · grades: "
-        + ", ".join(f"{g}: {int(c):,}" for g, c in enumerate(counts.tolist())),
     ]
+    distribution = " · grades: " + ", ".join(
+        f"{g}: {int(c):,}" for g, c in enumerate(counts.tolist())
+    )
+    levels = labels.levels
+    if levels is not None:
+        fit = "" if levels.converged else f", not converged after {levels.iterations} iterations"
+        lines.append(
+            f"grades fitted to the logs (click rate at rank 1, share of "
+            f"pairs{fit}): "
+            + ", ".join(
+                f"{g}: {rate:.4f} ({share:.0%})"
+                for g, (rate, share) in enumerate(
+                    zip(levels.rates.tolist(), levels.shares.tolist(), strict=True)
+                )
+            )
+            + distribution
+        )
+    else:
+        source = "" if labels.grading == "thresholds" else f"{labels.grading}; "
+        lines.append(
+            f"{source}thresholds (click score where each grade starts): "
+            + ", ".join(f"{g + 1}: {t:.4f}" for g, t in enumerate(labels.thresholds))
+            + distribution
+        )
     return lines

@@ -230,8 +230,12 @@ def test_cli_writes_labels_eval_reads(tmp_path: Path, capsys: pytest.CaptureFixt
     records = [json.loads(line) for line in out.read_text().splitlines()]
     first = records[0]
     doc = next(iter(first["relevance_scores"]))
-    assert set(first["label_confidence"][doc]) == {"click_score", "examinations", "std_error"}
-    assert first["label_confidence"][doc]["examinations"] >= 5
+    confidence = first["label_confidence"][doc]
+    assert set(confidence) == {"click_score", "examinations", "std_error", "grade_probability"}
+    assert confidence["examinations"] >= 5
+    # The grade is the most probable of four: its posterior is at least a quarter.
+    assert 0.25 <= confidence["grade_probability"] <= 1
+    assert "grades fitted to the logs" in text
     traces = write_jsonl(
         tmp_path / "traces.jsonl",
         [{"query_id": q, "retrieved_ids": ids} for q, r, ids in sim.lists if r == "ranker-0"][:120],

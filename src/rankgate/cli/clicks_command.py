@@ -12,11 +12,13 @@ from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.clicks import (
     DEFAULT_CLIP,
     DEFAULT_ESTIMATOR,
+    DEFAULT_GRADES,
     DEFAULT_MAX_RANK,
     DEFAULT_MIN_EXAMINATIONS,
     DEFAULT_PRIOR_STRENGTH,
     DEFAULT_THRESHOLDS,
     ESTIMATORS,
+    MAX_GRADES,
     Propensities,
     click_labels,
     estimate_propensities,
@@ -94,11 +96,17 @@ def add_parser(label_commands: Any) -> None:
     )
     grading = parser.add_mutually_exclusive_group()
     grading.add_argument(
+        "--grades",
+        type=int,
+        metavar="N",
+        help=f"grades 0 to N-1 at the click rates fitted to the logs (the default grading, N "
+        f"{DEFAULT_GRADES}): each pair gets its most probable grade",
+    )
+    grading.add_argument(
         "--thresholds",
         metavar="T1,T2,T3",
-        help="click scores where grades 1, 2, 3 begin (default "
-        + ",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS)
-        + ")",
+        help="click scores where grades 1, 2, 3 ... begin, instead of fitted levels (the fixed "
+        "default of earlier versions: " + ",".join(f"{t:g}" for t in DEFAULT_THRESHOLDS) + ")",
     )
     grading.add_argument(
         "--calibrate",
@@ -119,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     output = _output(args)
     if not 1 <= args.max_rank <= MAX_RANKS_ESTIMATED:
         raise UsageError(f"--max-rank must be between 1 and {MAX_RANKS_ESTIMATED}")
+    if args.grades is not None and not 2 <= args.grades <= MAX_GRADES:
+        raise UsageError(f"--grades {args.grades}: expected a whole number from 2 to {MAX_GRADES}")
     log, skipped = read_click_log(
         args.clicks, input_format=args.input_format, on_invalid=args.on_invalid
     )
@@ -133,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         min_examinations=args.min_examinations,
         thresholds=_thresholds(args.thresholds),
         calibration=None if args.calibrate is None else read_human_grades(args.calibrate),
+        grades=args.grades,
     )
     written = 0
     try:
