@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from rankgate import fast
+from rankgate.baseline import SavedBaseline, is_saved_baseline, load_baseline
 from rankgate.compare_cells import (
     PAIRINGS,
     TESTS,
@@ -77,7 +78,7 @@ from rankgate.compare_unjudged import (
 )
 from rankgate.errors import ConfigError, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate, require_extra
-from rankgate.gates import INTERVAL_BOUNDS, Gate, GateOutcome, GatePolicy
+from rankgate.gates import INTERVAL_BOUNDS, Gate, GateOutcome, GatePolicy, parse_gate
 from rankgate.segments import SegmentKey, segment_fields_of
 from rankgate.spec import MetricSpec
 
@@ -656,6 +657,22 @@ def _score_by_columns(
     stamp = settings.label_filter.labeled_at_field if settings.label_filter.active else None
     attributes = [*segment_fields, *([stamp] if stamp else [])]
     reader = Reader(settings, input_format, attributes, progress)
+    if is_saved_baseline(baseline) and variant_field is None:
+        return _score_against_saved(
+            load_baseline(baseline),
+            candidates,
+            reader=reader,
+            metrics=metrics,
+            extra_metrics=extra_metrics,
+            gates=gates,
+            settings=settings,
+            policy=policy,
+            labels=labels,
+            labels_format=labels_format,
+            pairing=pairing,
+            segment_fields=segment_fields,
+            stamp=stamp,
+        )
     if variant_field is not None:
         sides = reader.split(baseline, variant_field, [str(value) for value in candidates])
     else:
@@ -686,6 +703,132 @@ def _score_by_columns(
         labels_name,
         _column_lister(sides, book, settings),
     )
+
+
+def _score_against_saved(
+    saved: SavedBaseline,
+    candidates: tuple[Any, ...],
+    *,
+    reader: Reader,
+    metrics: Iterable[str | MetricSpec] | None,
+    extra_metrics: Sequence[MetricSpec],
+    gates: Sequence[Gate | str],
+    settings: Settings,
+    policy: GatePolicy,
+    labels: Any,
+    labels_format: str | None,
+    pairing: str,
+    segment_fields: Sequence[str],
+    stamp: str | None,
+) -> RecordRun:
+    """Candidates read and scored as usual, against a baseline file's saved values: the same
+    pairing, segments and cells as against the baseline's traces, once the file is shown to
+    hold what this run scores (``SavedBaseline.check``) with the same labels."""
+    if not candidates:
+        raise UsageError("compare needs a baseline and at least one candidate")
+    requested = requested_metrics(metrics, gates, policy)
+    saved.check(settings, requested, segment_fields)
+    named = [_as_variant(item, index) for index, item in enumerate(candidates, start=1)]
+    _check_distinct_names([Variant(saved.name, None), *named])
+    sides = [reader.read(variant.data, variant.name) for variant in named]
+    book = LabelBook(settings, stamp)
+    labels_name = None
+    if labels is not None:
+        labels_name = _source_name(labels)
+        book.add_labels_source(labels, reader, labels_format)
+    for side in sides:
+        book.add_side(side)
+    scorer = _Scorer(metrics, gates, settings, policy, book, segment_fields, stamp)
+    # The evidence the file holds (it holds the requested metrics: checked above).
+    held = saved.specs()
+    scorer.extra = [spec for spec in extra_metrics if spec in held]
+    scorer.digests = True
+    checked_gates = [parse_gate(g) if isinstance(g, str) else g for g in gates]
+    pending = [
+        _scored_against_saved(saved, side, pairing, scorer, requested, checked_gates)
+        for side in sides
+    ]
+    return RecordRun(
+        [saved.name, *(side.name for side in sides)],
+        [(s.pairing, s.baseline, s.candidate, s.segments, s.candidate_segments) for s in pending],
+        {saved.name: saved.queries} | {side.name: side.read for side in sides} | reader.extra_read,
+        {saved.name: 0} | {side.name: side.invalid for side in sides} | reader.extra_invalid,
+        tuple(reader.invalid_examples),
+        labels_name,
+        None,
+    )
+
+
+def _scored_against_saved(
+    saved: SavedBaseline,
+    side: SideTable,
+    requested: str,
+    scorer: _Scorer,
+    metrics: Sequence[MetricSpec],
+    gates: Sequence[Gate],
+) -> _Scored:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    base_ids = saved.table.column("query_id")
+    side_ids = side.table.column("query_id")
+    in_base = fast.numpy_of(
+        pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
+    ).astype(np.int64)
+    in_side = fast.numpy_of(
+        pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1).combine_chunks()
+    ).astype(np.int64)
+    base_rows = np.flatnonzero(in_side >= 0)
+    paired = len(base_rows)
+    baseline_only = np.flatnonzero(in_side < 0)
+    candidate_only = np.flatnonzero(in_base < 0)
+    smaller = min(saved.queries, side.queries)
+    share = paired / smaller if smaller else 0.0
+    design, reason = _design(requested, share, paired, saved, side)
+    pairing = Pairing(
+        paired=paired,
+        baseline_only=len(baseline_only),
+        candidate_only=len(candidate_only),
+        baseline_only_ids=tuple(
+            base_ids.take(pa.array(baseline_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+        ),
+        candidate_only_ids=tuple(
+            side_ids.take(pa.array(candidate_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+        ),
+        design=design,
+        requested=requested,
+        shared_share=share,
+        reason=reason,
+    )
+    settings = scorer.settings
+    if design == "unpaired":
+        everything = np.arange(saved.queries, dtype=np.int64)
+        before = saved.evaluation(everything, metrics, gates, settings, scorer.policy)
+        after, after_segments = _whole(side, scorer)
+        return _Scored(pairing, before, after, scorer._segments(before), after_segments)
+    # The candidate's paired rows, segmented by the baseline's saved values.
+    attributes = saved.table.take(pa.array(base_rows, pa.int64()))
+    side_rows = in_side[base_rows]
+    order = np.argsort(side_rows, kind="stable")
+    after, _ = scorer.score(
+        _rows(side.table, np.sort(side_rows)), attributes.take(pa.array(order)), side
+    )
+    # Positions among the paired baseline rows of the queries the candidate scored, in its order.
+    scored = fast.numpy_of(
+        pc.index_in(_ids(after), value_set=attributes.column("query_id").combine_chunks())
+    ).astype(np.int64)
+    if len(scored) != paired:
+        unscored = np.setdiff1d(np.arange(paired), scored)
+        first = attributes.column("query_id").take(pa.array(unscored[:3])).to_pylist()
+        raise UsageError(
+            f"{saved.name}: {len(unscored):,} paired queries the baseline scored are not scored "
+            f"in {side.name} (first: {', '.join(map(repr, first))}): their labels are gone or "
+            "their traces invalid there; the baseline would not be comparable"
+        )
+    rows = base_rows[scored]  # the baseline's rows, in the order the candidate was scored
+    saved.check_labels(rows, after.label_digests, after.query_ids)
+    before = saved.evaluation(rows, metrics, gates, settings, scorer.policy)
+    return _Scored(pairing, before, after, scorer._segments(before), {})
 
 
 def _column_lister(sides: Sequence[SideTable], book: LabelBook, settings: Settings) -> PairLister:
@@ -766,6 +909,8 @@ class _Scorer:
         self.stamp = stamp
         self.fields = settings.fields
         self.extra: list[MetricSpec] = []
+        # Keep each scored query's label digest (compared with a saved baseline's).
+        self.digests = False
         # The sides' own intervals are not reported here; they are needed only by gates that
         # decide on an interval bound. Skipping them halves the time on large inputs.
         on_bounds = policy.gate_on in INTERVAL_BOUNDS or any(
@@ -818,6 +963,7 @@ class _Scorer:
             settings=self.settings,
             policy=self.policy,
             extra_metrics=self.extra,
+            label_digests=self.digests,
         )
         return evaluation, self._segments(evaluation)
 
@@ -913,10 +1059,12 @@ def _reordered(evaluation: Evaluation, aligned_with: Evaluation) -> Evaluation:
     scored_there = _ids(aligned_with)
     at = fast.numpy_of(pc.index_in(scored_there, value_set=scored_here)).astype(np.int64)
     values = {spec: column[at] for spec, column in evaluation.values.items()}
+    digests = evaluation.label_digests
     return replace(
         evaluation,
         query_ids=aligned_with.query_ids,
         values=values,
+        label_digests=None if digests is None else digests[at],
         attributes=aligned_with.attributes,
         examples=(),
     )

@@ -39,6 +39,7 @@ from rankgate.errors import ConfigError, InputError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
 from rankgate.io.columnar import SEGMENT_PREFIX, Chunk, chunks
+from rankgate.label_digest import UNKNOWN, digest_of, digests_of_columns
 from rankgate.labels import LabelIndex, label_table, queries_with_relevant, read_query_set
 from rankgate.segments import (
     MISSING_VALUE,
@@ -294,6 +295,9 @@ class Evaluation:
     warnings: tuple[str, ...] = ()
     #: Each segment field's value per scored query, aligned with ``query_ids``.
     segment_values: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: Per scored query, the digest of the labels it was scored with (``label_digest``), when
+    #: ``evaluate(..., label_digests=True)`` asked for them (a saved baseline keeps them).
+    label_digests: npt.NDArray[np.uint64] | None = None
 
     def segment_column(self, field_name: str) -> Sequence[str]:
         """Each scored query's value of a segment field, aligned with ``query_ids``, as the
@@ -494,6 +498,7 @@ def evaluate(
     partial: bool = False,
     queries: Any = None,
     extra_metrics: Iterable[str | MetricSpec] = (),
+    label_digests: bool = False,
 ) -> Evaluation:
     """Score recorded traces and check gates.
 
@@ -530,6 +535,9 @@ def evaluate(
             unjudged-document range are: their per-query values are in ``Evaluation.values`` and
             their means and intervals in every group, but no report lists them and no gate reads
             them (``rankgate.compare`` scores each metric under every unjudged policy this way).
+        label_digests: also keep, per scored query, a digest of the labels it was scored with
+            (``Evaluation.label_digests``; see ``rankgate.label_digest``), at some cost in time:
+            what a saved baseline needs to refuse a comparison against other labels.
 
     Raises:
         InputError: a record is malformed and ``settings.on_invalid`` is ``"fail"``.
@@ -573,6 +581,8 @@ def evaluate(
     tracker = WorstQueries(requested, worst, depth, settings.relevance_threshold)
     accumulator = _Accumulator(requested, settings, segment_fields, judged, tracker, companions)
     accumulator.partial = partial
+    if label_digests:
+        accumulator.digests = _Column(np.uint64)
     if labels is not None:
         accumulator.labels = LabelIndex(
             label_table(labels, fields=settings.fields, input_format=labels_format)
@@ -844,6 +854,8 @@ class _Accumulator:
         self.outside = 0
         # Scoring one part of a larger input: whole-input checks are the caller's (see evaluate).
         self.partial = False
+        # Per scored query, the digest of its labels, when asked for (see evaluate).
+        self.digests: _Column | None = None
 
     def set_expected(
         self,
@@ -1149,6 +1161,17 @@ class _Accumulator:
         if collapsed is not None:
             self.chunks_collapsed += int(collapsed[scored_rows].sum())
         query_ids = table.column("query_id").take(scored_rows)
+        digests = None
+        if self.digests is not None:
+            import pyarrow as pa
+
+            taken = pa.array(scored_rows)
+            digests = digests_of_columns(
+                table.column("relevant_ids").take(taken) if "relevant_ids" in names else None,
+                table.column("relevance_scores").take(taken)
+                if "relevance_scores" in names
+                else None,
+            )
         segment_texts = {
             name: _texts(table.column(SEGMENT_PREFIX + name).take(scored_rows))
             for name in self.segment_fields
@@ -1179,6 +1202,8 @@ class _Accumulator:
                     {spec: column[start:end] for spec, column in values.items()},
                     depths[start:end],
                 )
+                if digests is not None and self.digests is not None:
+                    self.digests.extend(digests[start:end])
                 start = end
             if index < len(accepted) and (
                 index + 1 == len(accepted) or boundaries[index + 1] > end
@@ -1271,6 +1296,8 @@ class _Accumulator:
             self.values[spec].extend(column)
         self.depths.extend(depths)
         self.row_numbers.extend(np.zeros(len(accepted), dtype=np.int32))
+        if self.digests is not None:
+            self.digests.extend(np.array([digest_of(s.grades) for s in accepted], dtype=np.uint64))
         held = (
             [
                 (s.trace.query_id, s.trace.retrieved_ids, s.grades, s.trace.attributes)
@@ -1429,6 +1456,8 @@ class _Accumulator:
         for spec, value in self._empty_ranking_values().items():
             self.values[spec].extend(np.full(n, value, dtype=np.float64))
         self.row_numbers.extend(np.zeros(n, dtype=np.int32))
+        if self.digests is not None:
+            self.digests.extend(np.full(n, UNKNOWN, dtype=np.uint64))
         self.attributes.extend_later(n, lambda: [{} for _ in range(n)])
         held: list[tuple[str, list[str], dict[str, float], dict[str, Any]]] | None = (
             [(query_id, [], {}, {}) for query_id in query_ids.to_pylist()]
@@ -1554,6 +1583,7 @@ class _Accumulator:
             examples=self.worst.examples(),
             warnings=tuple(warnings),
             segment_values={name: self.segment_columns[name] for name in self.segment_fields},
+            label_digests=None if self.digests is None else self.digests.values(),
         )
 
 

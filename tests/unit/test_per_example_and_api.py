@@ -32,6 +32,7 @@ def test_public_api_is_exactly_what_is_intended() -> None:
             "FieldMap",
             "Gate",
             "GateOutcome",
+            "GatePolicy",
             "InputError",
             "MetricSpec",
             "MetricThreshold",
@@ -45,12 +46,14 @@ def test_public_api_is_exactly_what_is_intended() -> None:
             "UsageError",
             "Variant",
             "__version__",
+            "baseline_options",
             "compare",
             "evaluate",
             "make_metric",
             "parse_gate",
             "parse_metric",
             "parse_metric_list",
+            "save_baseline",
         ]
     )
     for name in rankgate.__all__:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rankgate.baseline import BASELINE_SUFFIX, baseline_options, save_baseline
 from rankgate.cli.options import (
     add_labels_format_option,
     add_otel_options,
@@ -74,6 +75,13 @@ def add_parser(commands: Any) -> None:
     add_labels_format_option(parser)
     add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
+    parser.add_argument(
+        "--save-baseline",
+        type=Path,
+        metavar="FILE.rgb",
+        help="also save what a later `rankgate compare FILE.rgb CANDIDATE` needs (per-query "
+        "values, segments, label digests, the scoring settings) as a small Parquet file",
+    )
     parser.add_argument(
         "--worst",
         type=_count,
@@ -147,9 +155,16 @@ def run(args: argparse.Namespace) -> int:
             labels=args.labels,
             labels_format=args.labels_format,
             queries=args.queries,
+            **(baseline_options(metrics, gates, policy) if args.save_baseline else {}),
         )
     finally:
         bar.close()
+    if args.save_baseline is not None:
+        size = save_baseline(evaluation, args.save_baseline, sources=sources)
+        sys.stderr.write(
+            f"baseline of {evaluation.summary.scored:,} queries saved to {args.save_baseline} "
+            f"({size / 1e6:.1f} MB)\n"
+        )
     for note in source_notes(traces):
         sys.stderr.write(note + "\n")
     if evaluation.summary.read == 0 and (args.since is not None or args.until is not None):
@@ -197,7 +212,19 @@ def _check_combination(args: argparse.Namespace) -> None:
         raise UsageError("--input-format does not apply to --run/--qrels (TREC files)")
     if args.master is not None and args.engine != "spark":
         raise UsageError("--master applies to --engine spark")
+    if args.save_baseline is not None:
+        if args.save_baseline.suffix.lower() != BASELINE_SUFFIX:
+            raise UsageError(
+                f"--save-baseline {args.save_baseline}: name it *{BASELINE_SUFFIX}, which is how "
+                "compare recognises a baseline"
+            )
+        if not args.save_baseline.parent.is_dir():
+            raise UsageError(
+                f"--save-baseline {args.save_baseline}: no directory {args.save_baseline.parent}"
+            )
     if args.engine == "spark":
+        if args.save_baseline is not None:
+            raise UsageError("--save-baseline applies to the local engine")
         _check_spark(args)
 
 

@@ -1,0 +1,171 @@
+"""A saved baseline (``eval --save-baseline main.rgb``) as the baseline side of ``compare``: the
+same cells, flags and p-values as a compare against the baseline's traces, and a refusal when the
+two sides were scored differently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ab_data import AB_METRICS, ab_traces
+from rankgate.cli import main
+
+METRIC_ARGS = [arg for metric in AB_METRICS for arg in ("-m", metric)]
+COMMON = [*METRIC_ARGS, "--segment-by", "query_type", "--no-config", "--no-progress"]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        code = main([str(arg) for arg in args])
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 2
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _write(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    baseline, regressed, control = ab_traces(queries=300, seed=7)
+    labels = [
+        {"query_id": trace["query_id"], "relevance_scores": trace["relevance_scores"]}
+        for trace in baseline
+    ]
+    unlabeled = [
+        {key: value for key, value in trace.items() if key != "relevance_scores"}
+        for trace in baseline
+    ]
+    return {
+        "baseline": _write(tmp_path / "baseline.jsonl", unlabeled),
+        "regressed": _write(tmp_path / "regressed.jsonl", regressed),
+        "control": _write(tmp_path / "control.jsonl", control),
+        "labels": _write(tmp_path / "labels.jsonl", labels),
+        "dir": tmp_path,
+    }
+
+
+def _save(capsys: Any, files: dict[str, Path], *extra: Any, name: str = "main.rgb") -> Path:
+    path = files["dir"] / name
+    code, _, err = _run(
+        capsys, "eval", files["baseline"], "--labels", files["labels"], *COMMON, *extra,
+        "--save-baseline", path,
+    )  # fmt: skip
+    assert code in (0, 1), err
+    assert f"saved to {path}" in err
+    return path
+
+
+def _cells(text: str) -> dict[tuple[str, str], dict[str, Any]]:
+    report = json.loads(text)
+    return {
+        (cell["metric"], json.dumps(cell["segment"], sort_keys=True)): cell
+        for cell in report["cells"]
+    }
+
+
+@pytest.mark.parametrize("pairing", ["paired", "unpaired"])
+def test_a_saved_baseline_flags_what_its_traces_flag(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path], pairing: str
+) -> None:
+    saved = _save(capsys, files)
+    args = [files["regressed"], "--labels", files["labels"], *COMMON, "--format", "json",
+            "--pairing", pairing]  # fmt: skip
+    code_saved, against_saved, err = _run(capsys, "compare", saved, *args)
+    code_traces, against_traces, _ = _run(capsys, "compare", files["baseline"], *args)
+    assert code_saved == code_traces, err
+    mine, theirs = _cells(against_saved), _cells(against_traces)
+    assert mine.keys() == theirs.keys()
+    flagged = {key for key, cell in theirs.items() if cell["flag"]}
+    if pairing == "paired":
+        # The injected regression: the NDCG family in multi_hop (and overall, which holds it).
+        assert {key[0] for key in flagged} == {"ndcg@5", "ndcg@10"}
+        assert all("multi_hop" in key[1] or key[1] == "null" for key in flagged)
+        assert any("multi_hop" in key[1] for key in flagged)
+    for key, cell in theirs.items():
+        other = mine[key]
+        assert (other["flag"], other["status"]) == (cell["flag"], cell["status"]), key
+        for name in ("p_value", "p_adjusted", "delta", "baseline_mean", "candidate_mean"):
+            assert other[name] == pytest.approx(cell[name], abs=1e-12, rel=0), (key, name)
+        assert other["interval"] == pytest.approx(cell["interval"], abs=1e-12, rel=0)
+        assert other["queries"] == cell["queries"]
+
+
+def test_a_baseline_of_another_relevance_threshold_is_refused(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    saved = _save(capsys, files, "--relevance-threshold", "2")
+    code, out, err = _run(capsys, "compare", saved, files["control"], "--labels", files["labels"],
+                          *COMMON)  # fmt: skip
+    assert code == 2, out
+    assert "relevance threshold 2.0" in err and "1.0" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_other_labels_are_refused_and_named(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    saved = _save(capsys, files)
+    records = [json.loads(line) for line in files["labels"].read_text().splitlines()]
+    first = records[4]
+    first["relevance_scores"] = {doc: 3 for doc in first["relevance_scores"]}
+    changed = _write(files["dir"] / "changed.jsonl", records)
+    code, out, err = _run(capsys, "compare", saved, files["control"], "--labels", changed,
+                          *COMMON)  # fmt: skip
+    assert code == 2, out
+    assert "1 of the 300 paired queries have other labels" in err
+    assert repr(first["query_id"]) in err
+
+
+def test_a_metric_or_segment_the_baseline_lacks_is_refused(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    saved = _save(capsys, files)
+    code, _, err = _run(capsys, "compare", saved, files["control"], "--labels", files["labels"],
+                        *COMMON, "-m", "map")  # fmt: skip
+    assert code == 2
+    assert "holds no values of map" in err and "-m map" in err
+    code, _, err = _run(capsys, "compare", saved, files["control"], "--labels", files["labels"],
+                        *METRIC_ARGS, "--no-config", "--segment-by", "topic")  # fmt: skip
+    assert code == 2
+    assert "not segmented by topic" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"not parquet at all", "not a baseline file"),
+        (None, "not a rankgate baseline"),
+    ],
+)
+def test_a_file_that_is_not_a_baseline_is_one_line(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path], content: bytes | None, message: str
+) -> None:
+    path = files["dir"] / "fake.rgb"
+    if content is None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"query_id": ["q"]}), path)
+    else:
+        path.write_bytes(content)
+    code, _, err = _run(capsys, "compare", path, files["control"], *COMMON)
+    assert code == 2
+    assert message in err and "fake.rgb" in err
+    assert "Traceback" not in err
+
+
+def test_save_baseline_needs_the_rgb_name(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    code, _, err = _run(capsys, "eval", files["baseline"], "--labels", files["labels"], *COMMON,
+                        "--save-baseline", files["dir"] / "main.parquet")  # fmt: skip
+    assert code == 2
+    assert "name it *.rgb" in err
