@@ -573,6 +573,13 @@ def labels_todo(
         raise ConfigError(f"sample_queries must be a whole number >= 1, got {sample_queries!r}")
     if not sources:
         raise UsageError("labels todo needs at least one trace source")
+    from rankgate.baseline import is_saved_baseline
+
+    if any(is_saved_baseline(item) for item in sources):
+        raise UsageError(
+            "a saved baseline (*.rgb) holds values, not rankings, and pooling needs rankings: "
+            "name the baseline's traces instead"
+        )
     if settings.label_filter.active:
         raise UsageError(
             "labels todo does not go with a label filter (--corpus, --max-label-age): the labels "

@@ -169,3 +169,30 @@ def test_save_baseline_needs_the_rgb_name(
                         "--save-baseline", files["dir"] / "main.parquet")  # fmt: skip
     assert code == 2
     assert "name it *.rgb" in err
+
+
+def test_pull_request_markdown_from_the_command_line(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    saved = _save(capsys, files)
+    comment = files["dir"] / "comment.md"
+    code, _, err = _run(capsys, "compare", saved, files["regressed"], "--labels", files["labels"],
+                        *COMMON, "--format", "markdown-pr", "-o", comment)  # fmt: skip
+    assert code == 1, err
+    text = comment.read_text()
+    assert text.startswith("**rankgate compare: FAIL**")
+    assert "#### Regressions" in text and "<details>" in text
+    code, out, _ = _run(capsys, "eval", files["baseline"], "--labels", files["labels"], *COMMON,
+                        "--gate", "ndcg@10>=0.99", "--format", "markdown-pr")  # fmt: skip
+    assert code == 1
+    assert out.startswith("**rankgate eval: FAIL**")
+
+
+def test_labels_todo_refuses_a_saved_baseline(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    saved = _save(capsys, files)
+    code, _, err = _run(capsys, "labels", "todo", saved, files["control"], "-o",
+                        files["dir"] / "todo.jsonl", "--no-config")  # fmt: skip
+    assert code == 2
+    assert "holds values, not rankings" in err

@@ -48,7 +48,10 @@ from rankgate.report.console import Style, render_comparison, render_comparison_
 from rankgate.report.html import render_comparison_html
 from rankgate.report.json_report import comparison_report, render_json
 from rankgate.report.junit import render_comparison_junit
-from rankgate.report.markdown import render_comparison_markdown
+from rankgate.report.markdown import (
+    render_comparison_markdown,
+    render_comparison_pr_markdown,
+)
 from rankgate.stats import CORRECTIONS, DEFAULT_PERMUTATIONS
 from rankgate.store import is_store_url
 
@@ -175,7 +178,7 @@ def add_parser(commands: Any) -> None:
         help="write the unjudged (query, document) pairs that decide the label-limited cells to "
         "FILE as JSON Lines: query_id, doc_id, rank, side, candidate ('-': standard output)",
     )
-    add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
+    add_report_options(parser, ("table", "json", "markdown", "markdown-pr", "junit", "html"))
     parser.add_argument(
         "--per-query",
         action="store_true",
@@ -280,6 +283,8 @@ def _report(args: argparse.Namespace, comparison: Comparison) -> int:
         text = render_json(comparison_report(comparison, per_query=args.per_query))
     elif args.report_format == "markdown":
         text = render_comparison_markdown(comparison)
+    elif args.report_format == "markdown-pr":
+        text = render_comparison_pr_markdown(comparison)
     elif args.report_format == "junit":
         text = render_comparison_junit(comparison)
     elif args.report_format == "html":

@@ -42,7 +42,7 @@ from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.html import render_eval_html
 from rankgate.report.json_report import eval_report, render_json
 from rankgate.report.junit import render_eval_junit
-from rankgate.report.markdown import render_eval_markdown
+from rankgate.report.markdown import render_eval_markdown, render_eval_pr_markdown
 from rankgate.store.backends import is_store_url
 
 
@@ -73,7 +73,7 @@ def add_parser(commands: Any) -> None:
         "a label file (one judgment or one query per record), *.qrels, or a store URL",
     )
     add_labels_format_option(parser)
-    add_report_options(parser, ("table", "json", "markdown", "junit", "html"))
+    add_report_options(parser, ("table", "json", "markdown", "markdown-pr", "junit", "html"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
     parser.add_argument(
         "--save-baseline",
@@ -179,6 +179,8 @@ def _report(args: argparse.Namespace, evaluation: Any, sources: list[str]) -> in
         text = render_json(eval_report(evaluation, sources, per_query=args.per_query))
     elif args.report_format == "markdown":
         text = render_eval_markdown(evaluation, sources)
+    elif args.report_format == "markdown-pr":
+        text = render_eval_pr_markdown(evaluation, sources)
     elif args.report_format == "junit":
         text = render_eval_junit(evaluation, sources)
     elif args.report_format == "html":

@@ -470,7 +470,14 @@ def resolve_report_format(args: argparse.Namespace, default: str) -> None:
         implied = FORMAT_BY_EXTENSION.get(args.output.suffix.lower())
     if args.report_format is None:
         args.report_format = implied or default
-    elif implied is not None and implied != args.report_format:
+    elif (
+        implied is not None
+        and implied != args.report_format
+        and not (
+            # A pull request's Markdown is Markdown too.
+            implied == "markdown" and args.report_format == "markdown-pr"
+        )
+    ):
         raise UsageError(
             f"--output {args.output} names a {implied} file, but --format is "
             f"{args.report_format}: change one of them"
