@@ -241,20 +241,26 @@ def _ungraded(record: Any) -> bool:
 
 
 def _is_label_studio_task(record: Any) -> bool:
+    """A task as Label Studio exports it, or as ``labels todo`` writes it (``data`` alone, not
+    yet annotated): no trace or judgment record has a ``data`` object without a document key."""
     return (
         isinstance(record, dict)
         and isinstance(record.get("data"), dict)
-        and isinstance(record.get("annotations"), list)
+        and not any(key in record for key in DOCUMENT_KEYS)
+        and ("annotations" in record or set(record) <= {"data", "id"})
     )
 
 
 def _label_studio_choice(record: dict[str, Any]) -> tuple[Any, Any] | None:
     """(grade as given, time of the annotation) from the latest completed annotation."""
     latest: tuple[Any, Any] | None = None
-    for annotation in record["annotations"]:
+    latest_time: datetime | None = None
+    annotations = record.get("annotations")
+    for annotation in annotations if isinstance(annotations, list) else ():
         if not isinstance(annotation, dict) or annotation.get("was_cancelled"):
             continue
-        for result in annotation.get("result") or ():
+        results = annotation.get("result")
+        for result in results if isinstance(results, list) else ():
             value = result.get("value") if isinstance(result, dict) else None
             if not isinstance(value, dict):
                 continue
@@ -267,8 +273,17 @@ def _label_studio_choice(record: dict[str, Any]) -> tuple[Any, Any] | None:
             else:
                 continue
             stamp = annotation.get("updated_at") or annotation.get("created_at")
-            if latest is None or (stamp is not None and str(stamp) >= str(latest[1] or "")):
-                latest = (given, stamp)
+            try:
+                when = None if stamp in (None, "") else parse_time(stamp, LABELED_AT_KEY)
+            except (UsageError, TypeError, ValueError):
+                when = None
+            # The latest dated annotation wins; undated ones count in order, after dated ones
+            # only when none is dated.
+            if latest is None or (
+                (when is not None and (latest_time is None or when >= latest_time))
+                or (when is None and latest_time is None)
+            ):
+                latest, latest_time = (given, stamp), when
     return latest
 
 

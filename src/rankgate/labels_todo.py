@@ -41,7 +41,7 @@ import numpy as np
 
 from rankgate.compare import Comparison, Significance, Variant, compare
 from rankgate.compare_labels import LabelBook
-from rankgate.compare_read import Reader, SideTable, source_name
+from rankgate.compare_read import RELEVANT, SCORES, NotArrowText, Reader, SideTable, source_name
 from rankgate.errors import ConfigError, UsageError
 from rankgate.evaluate import Settings
 from rankgate.gates import DEFAULT_MIN_QUERIES, Gate, GatePolicy
@@ -158,6 +158,11 @@ class TodoList:
     comparison: Comparison | None = None
     sampled_queries: tuple[str, ...] | None = None
     sample_strata: dict[str, int] = field(default_factory=dict)
+    #: Sampled queries whose pairs are listed (under a budget, whole queries while they fit).
+    sampled_listed: int = 0
+    #: Listed pairs of queries whose trace records carry labels of their own: a ``--labels``
+    #: file does not reach those (the records' own labels win), a store's labels table does.
+    own_labels: int = 0
     seed: int = 0
     unjudged_tolerance: float = 0.0
 
@@ -186,6 +191,9 @@ class _Query:
     labeled: bool
     text: str | None
     segments: tuple[str, ...]
+    #: Whether the trace record carries labels of its own, which a separate label file does not
+    #: override (``evaluate``'s join fills in only traces without labels).
+    own_labels: bool = False
 
 
 @dataclass(slots=True)
@@ -194,7 +202,17 @@ class _Side:
     queries: dict[str, _Query]
 
 
-def _read_sides(
+def _read_sides(*args: Any, **kwargs: Any) -> tuple[list[_Side], dict[str, int], dict[str, int]]:
+    try:
+        return _read_all_sides(*args, **kwargs)
+    except NotArrowText:
+        raise UsageError(
+            "a trace holds text that is not valid Unicode (a lone surrogate, which a JSON escape "
+            "can spell): labels todo cannot list its pairs; fix or skip that record"
+        ) from None
+
+
+def _read_all_sides(
     sources: Sequence[Any],
     *,
     variant_field: str | None,
@@ -249,6 +267,11 @@ def _side(
         relevant, _ = map_rankings(relevant, mapping)
         scores = map_labels(scores, mapping)
     texts = _query_texts(table)
+    own = (
+        pc.or_(pc.is_valid(rows.column(RELEVANT)), pc.is_valid(rows.column(SCORES)))
+        .to_numpy(zero_copy_only=False)
+        .tolist()
+    )
     segments = [table.attribute(name).to_pylist() for name in segment_fields]
     full = rows.column("retrieved_ids")
     queries: dict[str, _Query] = {}
@@ -269,6 +292,7 @@ def _side(
             top=top,
             judged=set(ids or ()) | {doc for doc, _ in grades or ()},
             labeled=ids is not None or grades is not None,
+            own_labels=bool(own[row]),
             text=texts[row],
             segments=tuple(
                 MISSING_VALUE if column[row] is None else column[row] for column in segments
@@ -670,9 +694,10 @@ def labels_todo(
 
     sampled: list[str] | None = None
     strata: dict[str, int] = {}
+    sampled_taken = 0
     if sample_queries is not None:
         sampled, strata = _sample(sides[0], sample_queries, settings.seed)
-        chosen = _sampled_pairs(sampled, sides, depth, budget)
+        chosen, sampled_taken = _sampled_pairs(sampled, sides, depth, budget)
     else:
         ordered = sorted(
             pool.values(),
@@ -681,6 +706,10 @@ def labels_todo(
         chosen = [_pair(entry) for entry in ordered[:budget]]
 
     listed = {(pair.query_id, pair.document_id) for pair in chosen}
+    with_own = {
+        query_id for side in sides for query_id, query in side.queries.items() if query.own_labels
+    }
+    own_labels = sum(1 for pair in chosen if pair.query_id in with_own)
     forecasts = tuple(
         _cell_forecast(name, cell, k, sides[0], sides[index], on_baseline, on_candidate, listed)
         for index, (name, cell, k, on_baseline, on_candidate) in _with_side_index(cells, comparison)
@@ -698,6 +727,8 @@ def labels_todo(
         comparison=comparison,
         sampled_queries=None if sampled is None else tuple(sampled),
         sample_strata=strata,
+        sampled_listed=sampled_taken,
+        own_labels=own_labels,
         seed=settings.seed,
         unjudged_tolerance=significance.unjudged_tolerance,
     )
@@ -722,10 +753,11 @@ def _pair(entry: _Entry, reason: str | None = None) -> TodoPair:
 
 def _sampled_pairs(
     sampled: Sequence[str], sides: Sequence[_Side], depth: int, budget: int | None
-) -> list[TodoPair]:
+) -> tuple[list[TodoPair], int]:
     """The unjudged pairs of the sampled queries in sample order, each query's by rank; under a
-    budget, whole queries while they fit."""
+    budget, whole queries while they fit. Also how many sampled queries were taken."""
     chosen: list[TodoPair] = []
+    taken = 0
     for query_id in sampled:
         pool = _pool(
             [
@@ -742,7 +774,8 @@ def _sampled_pairs(
         if budget is not None and len(chosen) + len(pairs) > budget:
             break
         chosen.extend(pairs)
-    return chosen
+        taken += 1
+    return chosen, taken
 
 
 def _with_side_index(

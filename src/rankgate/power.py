@@ -94,6 +94,12 @@ NO_SPREAD = 1e-12
 # --- power and its inverses --------------------------------------------------------------------
 
 
+#: The bounds of what ``plan`` is asked for.
+MIN_PLAN_ALPHA = 1e-6
+MAX_PLAN_DELTA = 1e6
+MAX_PLAN_QUERIES = 10**9
+
+
 def check_level(power: float, alpha: float) -> None:
     """Refuse a power or alpha outside (0, 1), or a power not above alpha (a two-sided test has
     power alpha at no effect, so any smaller target is met by every effect)."""
@@ -616,12 +622,21 @@ def check_request(
     """Refuse a plan's settings before any data is read: ``delta`` > 0 (or None), ``power`` and
     ``alpha`` in (0, 1) with power above alpha, ``queries`` a whole number >= 2 (or None)."""
     check_level(power, alpha)
+    # Past these the solvers lose their footing (and no experiment is planned there).
+    if alpha < MIN_PLAN_ALPHA:
+        raise ConfigError(f"alpha must be at least {MIN_PLAN_ALPHA:g} to plan with, got {alpha!r}")
     if delta is not None:
         _check_delta(delta)
+        if delta > MAX_PLAN_DELTA:
+            raise ConfigError(f"delta must be at most {MAX_PLAN_DELTA:g}, got {delta!r}")
     if queries is not None and (
-        isinstance(queries, bool) or not isinstance(queries, int) or queries < 2
+        isinstance(queries, bool)
+        or not isinstance(queries, int)
+        or not 2 <= queries <= MAX_PLAN_QUERIES
     ):
-        raise ConfigError(f"queries must be a whole number >= 2, got {queries!r}")
+        raise ConfigError(
+            f"queries must be a whole number from 2 to {MAX_PLAN_QUERIES:,}, got {queries!r}"
+        )
 
 
 def plan(

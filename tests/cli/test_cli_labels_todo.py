@@ -366,3 +366,66 @@ def test_a_missing_source_exits_2(cli: RunCli, tmp_path: Path) -> None:
     assert result.code == 2
     assert "nope.jsonl" in result.err
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_hostile_ids_round_trip_through_csv_and_an_input_is_never_overwritten(
+    cli: RunCli, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    ids = ["a\rb", "c\nd", 'q"uote', "=1+1", "é,ü", "<script>", "-x", "t\tab"]
+    traces = write_jsonl([{"query_id": "q\r1", "retrieved_ids": ids}], "hostile.jsonl")
+    out = tmp_path / "out.csv"
+    assert cli("labels", "todo", traces, "--no-config", "-o", out).code == 0
+    with out.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["document_id"] for row in rows] == ids
+    assert {row["query_id"] for row in rows} == {"q\r1"}
+    for row in rows:
+        row["grade"] = "1"
+    with out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    store = f"sqlite:///{tmp_path / 'h.db'}"
+    imported = cli("label", "import", out, "--store", store)
+    assert imported.code == 0, imported.err
+    assert f"{len(ids)} judgments" in imported.out
+    refused = cli("labels", "todo", traces, "--no-config", "-o", traces)
+    assert refused.code == 2 and "is also an input" in refused.err
+    assert traces.read_text().count("\n") == 1  # untouched
+
+
+def test_text_arrow_cannot_hold_is_a_clear_refusal(cli: RunCli, tmp_path: Path) -> None:
+    traces = tmp_path / "surrogate.jsonl"
+    traces.write_text('{"query_id": "q", "retrieved_ids": ["\\ud800", "b"]}\n')
+    result = cli("labels", "todo", traces, "--no-config", "-o", tmp_path / "t.jsonl")
+    assert result.code == 2
+    assert "not valid Unicode" in result.err and "Traceback" not in result.err
+
+
+def test_a_label_studio_export_with_garbage_results_is_read_not_crashed(
+    cli: RunCli, tmp_path: Path
+) -> None:
+    export = tmp_path / "export.json"
+    export.write_text(
+        json.dumps(
+            [
+                {"data": {"query_id": "q", "document_id": "d"}, "annotations": [{"result": 5}]},
+                {"data": {"query_id": "q", "document_id": "e"}, "annotations": "x"},
+                {"data": {"query_id": "q", "document_id": "f"}},
+            ]
+        )
+    )
+    result = cli("label", "import", export, "--store", f"sqlite:///{tmp_path / 'x.db'}")
+    assert result.code == 0, result.err
+    assert "3 ungraded" in result.out
+
+
+def test_pairs_of_queries_with_their_own_labels_get_a_note(
+    cli: RunCli, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    traces = write_jsonl(
+        [{"query_id": "q", "retrieved_ids": ["a", "b"], "relevance_scores": {"a": 1}}]
+    )
+    result = cli("labels", "todo", traces, "--no-config", "-o", tmp_path / "t.jsonl")
+    assert result.code == 0
+    assert "1 listed pair belongs to queries whose trace records carry labels" in result.out

@@ -51,7 +51,10 @@ def eval_report(rankgate: Rankgate, ab_files: AbFiles, tmp_path: Path) -> Path:
 
 def test_plan_from_a_compare_report_as_json(rankgate: Rankgate, compare_report: Path) -> None:
     report = json.loads(compare_report.read_text())
-    ran = rankgate("plan", compare_report, "-m", "ndcg@10", "--delta", "0.02", "--format", "json")
+    ran = rankgate(
+        "plan", compare_report, "-m", "ndcg@10", "--delta", "0.02", "--alpha", "0.05",
+        "--format", "json",
+    )  # fmt: skip
     assert ran.code == 0, ran.err
     found = ran.json()
     assert found["metric"] == "ndcg@10"
@@ -80,10 +83,21 @@ def test_plan_from_a_compare_report_as_json(rankgate: Rankgate, compare_report: 
 
 
 def test_plan_table_reads_like_the_json(rankgate: Rankgate, compare_report: Path) -> None:
-    ran = rankgate("plan", compare_report, "--metric", "ndcg@10", "--delta", "0.02")
+    ran = rankgate(
+        "plan", compare_report, "--metric", "ndcg@10", "--delta", "0.02", "--alpha", "0.05"
+    )
     assert ran.code == 0, ran.err
     data = rankgate(
-        "plan", compare_report, "--metric", "ndcg@10", "--delta", "0.02", "--format", "json"
+        "plan",
+        compare_report,
+        "--metric",
+        "ndcg@10",
+        "--delta",
+        "0.02",
+        "--alpha",
+        "0.05",
+        "--format",
+        "json",
     ).json()
     lines = ran.out.splitlines()
     assert lines[0].startswith("rankgate plan  ndcg@10 · ")
@@ -145,7 +159,16 @@ def test_plan_from_trace_files(rankgate: Rankgate, ab_files: AbFiles, compare_re
     """Two trace files are compared (paired here) and give the compare report's plan; one trace
     file gives one run's unpaired plan, per segment too."""
     from_report = rankgate(
-        "plan", compare_report, "-m", "ndcg@10", "--delta", "0.02", "--format", "json"
+        "plan",
+        compare_report,
+        "-m",
+        "ndcg@10",
+        "--delta",
+        "0.02",
+        "--alpha",
+        "0.05",
+        "--format",
+        "json",
     ).json()
     from_traces = rankgate(
         "plan",
@@ -212,7 +235,7 @@ def test_a_segment_without_spread_gets_a_note(rankgate: Rankgate, tmp_path: Path
         (["-m", "ndcg@10", "--power", "0"], ["power must be a number between 0 and 1"]),
         (["-m", "ndcg@10", "--alpha", "1"], ["alpha must be a number between 0 and 1"]),
         (["-m", "ndcg@10", "--power", "0.03"], ["must be above alpha"]),
-        (["-m", "ndcg@10", "--queries", "1"], ["queries must be a whole number >= 2"]),
+        (["-m", "ndcg@10", "--queries", "1"], ["queries must be a whole number from 2"]),
         (["-m", "ndcg@10,mrr"], ["plan takes one metric", "ndcg@10, mrr"]),
         ([], ["plan takes one metric", "none"]),
         (["-m", "ndcg@10", "--labels", "x.jsonl"], ["--labels applies to trace files"]),
@@ -295,3 +318,54 @@ def test_report_problems_are_one_line_errors(
     rankgate(
         "plan", ab_files.baseline, ab_files.control, ab_files.regressed, "-m", "ndcg@10"
     ).one_line_error("a baseline and a candidate")
+
+
+def test_plan_of_a_compare_report_defaults_to_compares_own_level(
+    rankgate: Rankgate, compare_report: Path
+) -> None:
+    """Without --alpha, plan uses the per-cell level of the report's 'could detect' figures, so
+    the two agree: plan's MDE at the observed n is the cell's minimum_detectable_effect."""
+    report = json.loads(compare_report.read_text())
+    cells = {json.dumps(c["segment"]): c for c in report["cells"] if c["metric"] == "ndcg@10"}
+    ran = rankgate("plan", compare_report, "-m", "ndcg@10", "--format", "json")
+    assert ran.code == 0, ran.err
+    found = ran.json()
+    levels = {c["detectable_alpha"] for c in cells.values()}
+    assert found["alpha"] == pytest.approx(levels.pop())
+    for row in found["rows"]:
+        cell = cells[json.dumps(row["segment"])]
+        if row["design"] == "paired" and cell.get("minimum_detectable_effect") is not None:
+            assert row["minimum_detectable_effect"] == pytest.approx(
+                cell["minimum_detectable_effect"], rel=1e-9
+            )
+
+
+@pytest.mark.parametrize(
+    ("shape", "fragment"),
+    [
+        ("tool_text", "not a rankgate JSON report this version reads"),
+        ("deep", "nested too deep"),
+        ("bad_bytes", "not UTF-8"),
+        ("huge_counts", "nothing sensible to plan from"),
+    ],
+)
+def test_hostile_reports_are_one_line_and_exit_2(
+    rankgate: Rankgate, compare_report: Path, tmp_path: Path, shape: str, fragment: str
+) -> None:
+    report = json.loads(compare_report.read_text())
+    path = tmp_path / f"{shape}.json"
+    if shape == "tool_text":
+        report["tool"] = "rankgate"
+        path.write_text(json.dumps(report))
+    elif shape == "deep":
+        path.write_text('{"schema_version": 1, "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    elif shape == "bad_bytes":
+        path.write_bytes(b'{"schema_version": 1, "x": "\xff\xfe"}')
+    else:
+        for cell in report["cells"]:
+            cell["queries"] = cell["baseline_queries"] = cell["candidate_queries"] = 10**30
+        path.write_text(json.dumps(report))
+    ran = rankgate("plan", path, "-m", "ndcg@10", "--delta", "0.02")
+    assert ran.code == 2
+    assert fragment in ran.err and "Traceback" not in ran.err
+    assert len(ran.err.strip().splitlines()) == 1

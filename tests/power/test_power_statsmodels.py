@@ -248,7 +248,7 @@ def test_tiny_and_huge_plans() -> None:
         (0.02, 0.0, 0.05, None, "power must be a number between 0 and 1"),
         (0.02, 0.8, 0.0, None, "alpha must be a number between 0 and 1"),
         (0.02, 0.04, 0.05, None, "must be above alpha"),
-        (0.02, 0.8, 0.05, 1, "queries must be a whole number >= 2"),
+        (0.02, 0.8, 0.05, 1, "queries must be a whole number from 2"),
         (math.nan, 0.8, 0.05, None, "delta must be a number > 0"),
     ],
 )

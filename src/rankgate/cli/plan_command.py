@@ -84,9 +84,8 @@ def add_parser(commands: Any) -> None:
     wanted.add_argument(
         "--alpha",
         type=float,
-        default=0.05,
-        help="two-sided significance level (default 0.05; for compare's correction over m "
-        "cells, plan with alpha / m)",
+        help="two-sided significance level (default: a compare report's per-cell level, the "
+        "one its 'could detect' figures use, alpha / cells; else 0.05)",
     )
     wanted.add_argument(
         "--queries",
@@ -133,25 +132,41 @@ def run(args: argparse.Namespace) -> int:
     if args.gate:
         raise UsageError("plan checks no gates; drop --gate")
     metric = _one_metric(args.metric)
-    check_request(args.delta, args.power, args.alpha, args.queries)
+    alpha = args.alpha if args.alpha is not None else DEFAULT_ALPHA
+    check_request(args.delta, args.power, alpha, args.queries)
     report = _report_in(args.sources)
     if report is not None:
         _refuse_trace_options(args)
-        spreads, source, notes = spreads_from_report(
-            report, metric, source=args.sources[0], candidate=args.candidate
-        )
+        try:
+            spreads, source, notes = spreads_from_report(
+                report, metric, source=args.sources[0], candidate=args.candidate
+            )
+            if args.alpha is None:
+                alpha, notes = _compare_level(report, metric, notes)
+                check_request(args.delta, args.power, alpha, args.queries)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as problem:
+            raise InputError(
+                args.sources[0], None, f"not a rankgate JSON report this version reads ({problem})"
+            ) from None
     else:
         spreads, source, notes = _spreads_from_traces(args, metric)
-    found = plan(
-        spreads,
-        metric,
-        delta=args.delta,
-        power=args.power,
-        alpha=args.alpha,
-        queries=args.queries,
-        source=source,
-        notes=notes,
-    )
+    try:
+        found = plan(
+            spreads,
+            metric,
+            delta=args.delta,
+            power=args.power,
+            alpha=alpha,
+            queries=args.queries,
+            source=source,
+            notes=notes,
+        )
+    except (ValueError, OverflowError, ZeroDivisionError) as problem:
+        raise InputError(
+            source or args.sources[0],
+            None,
+            f"nothing sensible to plan from these figures ({problem})",
+        ) from None
     if args.report_format == "json":
         text = render_json(
             {"tool": {"name": "rankgate", "version": __version__}, **found.to_dict()}
@@ -161,6 +176,30 @@ def run(args: argparse.Namespace) -> int:
         text = render_plan(found, style if args.output is None else Style(False))
     write_report(text, args.output, _headline(found))
     return EXIT_OK
+
+
+DEFAULT_ALPHA = 0.05
+
+
+def _compare_level(report: dict[str, Any], metric: MetricSpec, notes: Any) -> tuple[float, Any]:
+    """The per-cell level a compare report's own "could detect" figures use, so that plan and
+    compare agree by default; 0.05 for any other report."""
+    levels = {
+        cell.get("detectable_alpha")
+        for cell in report.get("cells") or ()
+        if isinstance(cell, dict) and cell.get("metric") == str(metric)
+    }
+    levels.discard(None)
+    if len(levels) != 1:
+        return DEFAULT_ALPHA, notes
+    (level,) = levels
+    if not isinstance(level, (int, float)) or isinstance(level, bool) or not 0 < level < 1:
+        return DEFAULT_ALPHA, notes
+    note = (
+        f"alpha {level:.4g} per cell: the level compare's own 'could detect' figures use "
+        "(alpha / cells); --alpha sets another"
+    )
+    return float(level), [*notes, note]
 
 
 def _one_metric(texts: list[str]) -> MetricSpec:
@@ -188,11 +227,16 @@ def _report_in(sources: list[str]) -> dict[str, Any] | None:
             head = handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
         if not _REPORT_START.match(head):
             return None
-        text = path.read_text("utf-8")
+        try:
+            text = path.read_text("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(first, None, "not a rankgate JSON report (not UTF-8)") from None
     if len(sources) > 1:
         raise UsageError("plan reads one JSON report at a time")
     try:
         parsed = json.loads(text)
+    except RecursionError:
+        raise InputError(first, None, "not a rankgate JSON report (nested too deep)") from None
     except json.JSONDecodeError as problem:
         raise InputError(
             first, None, f"not valid JSON ({problem.msg} at line {problem.lineno})"

@@ -29,6 +29,7 @@ from rankgate.compare_unjudged import DEFAULT_UNJUDGED_TOLERANCE
 from rankgate.errors import UsageError
 from rankgate.labels_todo import DEFAULT_DEPTH, TodoList, labels_todo
 from rankgate.report.console import counted
+from rankgate.spec import MAX_CUTOFF
 from rankgate.stats import CORRECTIONS
 from rankgate.store import is_store_url
 
@@ -66,7 +67,7 @@ def add_parser(label_commands: Any) -> None:
     budget = parser.add_argument_group("what to list")
     budget.add_argument(
         "--depth",
-        type=_whole,
+        type=_cutoff,
         default=DEFAULT_DEPTH,
         metavar="K",
         help=f"pool the top K of every ranking (default {DEFAULT_DEPTH})",
@@ -151,13 +152,20 @@ def _whole(text: str) -> int:
     return value
 
 
+def _cutoff(text: str) -> int:
+    value = _whole(text)
+    if value > MAX_CUTOFF:
+        raise argparse.ArgumentTypeError(f"expected a depth from 1 to {MAX_CUTOFF:,}, got {text}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     if args.config is not None and args.no_config:
         raise UsageError("--config and --no-config contradict each other")
     if args.labels_format is not None and args.labels is None:
         raise UsageError("--labels-format describes a --labels file; give --labels FILE")
     todo_format = _format(args)
-    _check_writable(args.output)
+    _check_writable(args.output, [*args.sources, *([args.labels] if args.labels else [])])
     config = load_project_config(args)
     settings = settings_from(args, config)
     policy = policy_from(args, config)
@@ -245,10 +253,12 @@ def todo_text(todo: TodoList, todo_format: str) -> str:
     """The pairs as JSON Lines, CSV or Label Studio tasks."""
     records = list(todo.records())
     if todo_format == "jsonl":
-        return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+        # ASCII with escapes: IDs round-trip exactly, whatever they hold (lone surrogates too).
+        return "".join(json.dumps(record) + "\n" for record in records)
     if todo_format == "csv":
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
+        # The default "\r\n" terminator makes the writer quote any field holding \r or \n.
+        writer = csv.writer(out)
         writer.writerow(CSV_COLUMNS)
         for record in records:
             ranks = ";".join(f"{arm}={rank}" for arm, rank in record["ranks"].items())
@@ -270,7 +280,7 @@ def todo_text(todo: TodoList, todo_format: str) -> str:
     for record in records:
         data = {key: value for key, value in record.items() if key != "grade"}
         tasks.append({"data": data})
-    return json.dumps(tasks, ensure_ascii=False, indent=1) + "\n"
+    return json.dumps(tasks, indent=1) + "\n"
 
 
 def _cell(text: Any) -> str:
@@ -280,11 +290,21 @@ def _cell(text: Any) -> str:
     return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
 
 
-def _check_writable(output: str) -> None:
-    """Refuse an output that cannot be written before the sources are read, not after."""
+def _check_writable(output: str, inputs: list[str]) -> None:
+    """Refuse an output that cannot be written, or that would overwrite an input, before the
+    sources are read."""
     if output == "-":
         return
     path = Path(output)
+    if not output:
+        raise UsageError("-o/--output needs a file name ('-' for standard output)")
+    for given in inputs:
+        if given != "-" and "://" not in given and Path(given).resolve() == path.resolve():
+            raise UsageError(
+                f"-o {output} is also an input of this run; write the pairs to a new file"
+            )
+    if path.suffix.lower() in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+        raise UsageError(f"-o {output}: the pairs are written uncompressed; drop {path.suffix}")
     if path.is_dir():
         raise UsageError(f"cannot write the pairs to {output}: it is a directory")
     if not path.parent.is_dir():
@@ -311,11 +331,18 @@ def render_summary(todo: TodoList) -> str:
         strata = ", ".join(f"{name} {count}" for name, count in todo.sample_strata.items())
         lines.append(
             f"sampled {counted(len(todo.sampled_queries), 'query')} at random (seed {todo.seed}; "
-            f"per stratum: {strata})"
+            f"per stratum: {strata or 'none'})"
         )
+        if todo.sampled_listed < len(todo.sampled_queries):
+            lines.append(
+                f"the budget took {todo.sampled_listed:,} of them, whole queries in sample order: "
+                "raise --budget or lower --sample-queries to keep the sample whole"
+            )
     elif todo.comparison is not None:
+        rest = len(todo.pairs) - todo.decisive
         lines.append(
-            f"{counted(todo.decisive, 'pair')} listed decide label-limited cells; the rest by rank"
+            f"{counted(todo.decisive, 'pair')} listed decide label-limited cells"
+            + (f"; {rest:,} more by rank" if rest else "")
         )
     for side in todo.sides:
         if side.judged_before is None or side.judged_after is None:
@@ -351,6 +378,14 @@ def render_summary(todo: TodoList) -> str:
             )
     elif todo.comparison is not None:
         lines.append("no label-limited cell: the pairs are ordered by rank")
+    if todo.own_labels:
+        lines.append(
+            f"note: {counted(todo.own_labels, 'listed pair')} "
+            f"{'belongs' if todo.own_labels == 1 else 'belong'} to queries whose trace "
+            "records carry labels of their own, which a --labels file does not override: record "
+            "the traces and the filled file in a store (rankgate trace import, rankgate label "
+            "import) and score the store, whose labels table holds both"
+        )
     if todo.short_segments:
         lines.append("segments short of their minimums: " + ", ".join(todo.short_segments))
     skipped = {name: count for name, count in todo.invalid.items() if count}
