@@ -55,7 +55,9 @@ def _id_hash(document: str) -> int:
     for byte in document.encode("utf-8", "surrogatepass"):
         total = (total + (byte + 1) * power) & _MASK
         power = (power * _BASE) & _MASK
-    return _mix(total ^ len(document.encode("utf-8", "surrogatepass")))
+    # The length is mixed in after the sum, so no two IDs of different lengths (say "" and
+    # "\x00") meet by arithmetic.
+    return _mix(_mix(total) + len(document.encode("utf-8", "surrogatepass")))
 
 
 def _grade_bits(grade: float) -> int:
@@ -113,7 +115,7 @@ def _id_hashes(ids: Any) -> Digests:
     running = np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(terms, dtype=np.uint64)])
     relative = offsets - offsets[0]
     totals = running[relative[1:]] - running[relative[:-1]]
-    return _vmix(totals ^ lengths.astype(np.uint64))
+    return _vmix(_vmix(totals) + lengths.astype(np.uint64))
 
 
 def digests_of_columns(relevant: Any, scores: Any) -> Digests:

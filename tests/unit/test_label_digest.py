@@ -53,6 +53,13 @@ def test_columns_digest_as_the_validator_reads(rows: list[tuple[Any, Any]]) -> N
     ]
 
 
+def test_ids_that_differ_only_by_length_or_zero_bytes_stay_apart() -> None:
+    rows = [(["", "\x00", "\x00\x00"], None)]
+    relevant = pa.array([r for r, _ in rows], pa.large_list(pa.large_string()))
+    assert digests_of_columns(relevant, None).tolist() == [digest_of(_grades(*rows[0]))]
+    assert len({digest_of({doc: 1.0}) for doc in ("", "\x00", "\x00\x00", "\x01")}) == 4
+
+
 def test_any_change_of_a_label_changes_the_digest_and_order_does_not() -> None:
     base = {"d1": 1.0, "d2": 3.0}
     assert digest_of(base) == digest_of({"d2": 3.0, "d1": 1.0})
