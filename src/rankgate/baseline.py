@@ -313,6 +313,23 @@ class SavedBaseline:
         )
 
 
+def _check_meta(name: str, meta: dict[str, Any]) -> None:
+    """The metadata's values have the types this module reads, or the file is refused."""
+    kinds: dict[str, Any] = {
+        "settings": dict,
+        "definitions": dict,
+        "segment_fields": list,
+        "metrics": list,
+        "label_digests": bool,
+    }
+    for key, kind in kinds.items():
+        if key in meta and not isinstance(meta[key], kind):
+            raise InputError(name, None, f"metadata {key!r} must be a {kind.__name__}")
+    for field_name in meta.get("segment_fields", []):
+        if not isinstance(field_name, str):
+            raise InputError(name, None, "metadata 'segment_fields' must hold field names")
+
+
 def load_baseline(path: str | Path) -> SavedBaseline:
     """Read a baseline file; an ``InputError`` for a file that is not one."""
     import pyarrow as pa
@@ -332,7 +349,11 @@ def load_baseline(path: str | Path) -> SavedBaseline:
         meta = json.loads(raw)
     except ValueError:
         raise InputError(name, None, "its rankgate.baseline metadata is not JSON") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_VERSION:
+    if (
+        not isinstance(meta, dict)
+        or isinstance(meta.get("format"), bool)
+        or meta.get("format") != FORMAT_VERSION
+    ):
         raise InputError(
             name,
             None,
@@ -342,9 +363,29 @@ def load_baseline(path: str | Path) -> SavedBaseline:
     names = table.schema.names
     if "query_id" not in names or "label_digest" not in names:
         raise InputError(name, None, "a baseline needs query_id and label_digest columns")
+    _check_meta(name, meta)
+    expected = {"query_id": (pa.string(), pa.large_string()), "label_digest": (pa.uint64(),)}
+    for field_name in meta.get("segment_fields", []):
+        column = SEGMENT_PREFIX + field_name
+        if column not in names:
+            raise InputError(name, column, "a segment field of the metadata has no column")
+        expected[column] = (pa.string(), pa.large_string())
+    for column, kinds in expected.items():
+        if table.schema.field(column).type not in kinds:
+            raise InputError(name, column, f"must hold {kinds[0]} values")
+        if column != "query_id" and table.column(column).null_count:
+            raise InputError(name, column, "must hold no nulls")
     for column in names:
-        if column.startswith(METRIC_PREFIX) and table.schema.field(column).type != pa.float64():
-            raise InputError(name, column, "a metric column must hold float64 values")
+        if column.startswith(METRIC_PREFIX):
+            if table.schema.field(column).type != pa.float64():
+                raise InputError(name, column, "a metric column must hold float64 values")
+            values = table.column(column)
+            if values.null_count or not bool(
+                np.isfinite(values.to_numpy(zero_copy_only=False)).all()
+            ):
+                raise InputError(name, column, "every value must be a finite number")
+    if not table.num_rows:
+        raise InputError(name, None, "the baseline holds no scored query")
     ids = table.column("query_id")
     if ids.null_count or len(ids.unique()) != len(ids):
         raise InputError(name, "query_id", "a baseline holds each query once, never null")

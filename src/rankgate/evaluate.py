@@ -1166,11 +1166,20 @@ class _Accumulator:
             import pyarrow as pa
 
             taken = pa.array(scored_rows)
-            digests = digests_of_columns(
-                table.column("relevant_ids").take(taken) if "relevant_ids" in names else None,
-                table.column("relevance_scores").take(taken)
-                if "relevance_scores" in names
-                else None,
+            digests = (
+                np.full(len(scored_rows), UNKNOWN, dtype=np.uint64)
+                if "relevant_ids" not in names and "relevance_scores" not in names
+                else None
+            )
+            digests = (
+                digests
+                if digests is not None
+                else digests_of_columns(
+                    table.column("relevant_ids").take(taken) if "relevant_ids" in names else None,
+                    table.column("relevance_scores").take(taken)
+                    if "relevance_scores" in names
+                    else None,
+                )
             )
         segment_texts = {
             name: _texts(table.column(SEGMENT_PREFIX + name).take(scored_rows))

@@ -131,6 +131,8 @@ def digests_of_columns(relevant: Any, scores: Any) -> Digests:
 
     relevant = None if relevant is None else whole(relevant)
     scores = None if scores is None else whole(scores)
+    if relevant is None and scores is None:
+        raise ValueError("digests need a relevant_ids or a relevance_scores column")
     rows = len(relevant) if relevant is not None else len(scores)
     labeled = np.zeros(rows, dtype=np.bool_)
     parts: list[tuple[Any, Any, Any, int]] = []  # (row of each pair, IDs, grades, priority)

@@ -196,3 +196,54 @@ def test_labels_todo_refuses_a_saved_baseline(
                         files["dir"] / "todo.jsonl", "--no-config")  # fmt: skip
     assert code == 2
     assert "holds values, not rankings" in err
+
+
+@pytest.mark.parametrize("tamper", ["nan", "settings", "segment_null", "query_int"])
+def test_a_tampered_baseline_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path], tamper: str
+) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    saved = _save(capsys, files)
+    table = pq.read_table(saved)
+    meta = dict(table.schema.metadata)
+    if tamper == "nan":
+        column = next(n for n in table.schema.names if n.startswith("metric:"))
+        values = table.column(column).to_numpy().copy()
+        values[0] = np.nan
+        table = table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+    elif tamper == "settings":
+        data = json.loads(meta[b"rankgate.baseline"])
+        data["settings"] = []
+        meta[b"rankgate.baseline"] = json.dumps(data).encode()
+    elif tamper == "segment_null":
+        at = table.schema.get_field_index("segment:query_type")
+        table = table.set_column(
+            at, "segment:query_type", pa.array([None] * table.num_rows, pa.large_string())
+        )
+    else:
+        table = table.set_column(0, "query_id", pa.array(range(table.num_rows), pa.int64()))
+    tampered = files["dir"] / "tampered.rgb"
+    pq.write_table(table.replace_schema_metadata(meta), tampered)
+    code, _, err = _run(capsys, "compare", tampered, files["control"], "--labels", files["labels"],
+                        *COMMON)  # fmt: skip
+    assert code == 2, err
+    assert "tampered.rgb" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_candidate_without_labels_and_an_input_as_target_are_refused(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    saved = _save(capsys, files)
+    code, _, err = _run(capsys, "compare", saved, files["control"], *COMMON)
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err
+    code, _, err = _run(capsys, "eval", files["baseline"], "--labels", files["labels"], *COMMON,
+                        "--save-baseline", saved, "--input-format", "json")  # fmt: skip
+    same = files["dir"] / "same.rgb"
+    same.write_bytes(files["baseline"].read_bytes())
+    code, _, err = _run(capsys, "eval", same, "--input-format", "json", "--labels",
+                        files["labels"], *COMMON, "--save-baseline", same)  # fmt: skip
+    assert code == 2 and "is also an input" in err

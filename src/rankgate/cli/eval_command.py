@@ -220,6 +220,16 @@ def _check_combination(args: argparse.Namespace) -> None:
                 f"--save-baseline {args.save_baseline}: name it *{BASELINE_SUFFIX}, which is how "
                 "compare recognises a baseline"
             )
+        inputs = [*args.traces, *(str(x) for x in (args.labels, args.queries) if x)]
+        target = args.save_baseline.resolve()
+        if any(
+            text != "-" and "://" not in str(text) and Path(text).resolve() == target
+            for text in inputs
+        ):
+            raise UsageError(
+                f"--save-baseline {args.save_baseline} is also an input of this run; "
+                "save the baseline to a new file"
+            )
         if not args.save_baseline.parent.is_dir():
             raise UsageError(
                 f"--save-baseline {args.save_baseline}: no directory {args.save_baseline.parent}"
