@@ -664,7 +664,14 @@ def _headline(command: str, outcome: Outcome) -> str:
 
 
 def main() -> None:
-    raise SystemExit(run(os.environ))
+    # Exit 0 and 1 are verdicts: a step that cannot write its files (a report directory that is
+    # a file, a summary path that is a directory) must not read as one.
+    try:
+        code = run(os.environ)
+    except OSError as problem:
+        sys.stderr.write(f"rankgate: error: cannot write the step's files: {problem}\n")
+        code = 2
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":
