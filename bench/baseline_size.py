@@ -41,6 +41,11 @@ def main() -> None:
     print(f"{args.queries:,} queries, {len(METRICS) // 2} metrics (+ the unjudged evidence)")
     print(f"eval: {plain:.1f} s; with --save-baseline: {saving:.1f} s ({saving / plain:.2f}x)")
     print(f"baseline: {size / 1e6:.1f} MB ({size / args.queries:.0f} bytes a query)")
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(baseline).metadata
+    unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    print(f"unpacked (what compare holds in memory): {unpacked / 1e6:.0f} MB")
 
 
 if __name__ == "__main__":

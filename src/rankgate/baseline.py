@@ -3,8 +3,10 @@
 "Did this pull request make retrieval worse than main?" needs main's numbers, not main's raw
 traces. ``save_baseline`` keeps, per scored query, its ID, the values of every metric the run
 computed (the requested ones and the evidence ``compare`` reads for unjudged documents), its
-segment values and a digest of the labels it was scored with; the file's metadata holds the
-scoring settings and the rankgate version. ``compare(path_to_baseline, candidate)`` then uses it
+segment values and a digest of the labels it was scored with; it also keeps the IDs of the valid
+queries it read but did not score (no labels), so that a comparison pairs queries and measures
+their overlap as one against the traces would. The file's metadata holds the scoring settings
+and the rankgate version. ``compare(path_to_baseline, candidate)`` then uses it
 as the baseline side: paired by query, with the same statistics and flags as a trace-vs-trace
 comparison, because the cells are computed from the same per-query values.
 
@@ -14,8 +16,9 @@ changed, the relevance threshold, the empty-relevant policy or the document-ID m
 and (per paired query) when the labels differ from the ones the baseline was scored with.
 
 The file is Parquet (zstd), named ``*.rgb`` by convention: a ``query_id`` column, ``label_digest``
-(uint64, 0 when unknown), one ``segment:<field>`` text column per segment field and one
-``metric:<spec>`` float64 column per metric; the schema metadata key ``rankgate.baseline`` holds
+(uint64, 0 when unknown), ``scored`` (bool), one ``segment:<field>`` text column per segment
+field and one ``metric:<spec>`` float64 column per metric, null on the unscored rows (a file
+without ``scored`` holds scored rows only); the schema metadata key ``rankgate.baseline`` holds
 the settings as JSON.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rankgate import fast
 from rankgate.errors import InputError, UsageError
 from rankgate.evaluate import SKIP_REASONS, Evaluation, Settings, Summary
 from rankgate.gates import Gate, GatePolicy, decide
@@ -117,19 +122,32 @@ def save_baseline(evaluation: Evaluation, path: str | Path, *, sources: Sequence
 
     from rankgate import __version__
 
-    n = len(evaluation.query_ids)
-    columns: dict[str, Any] = {"query_id": pa.array(list(evaluation.query_ids), pa.large_string())}
-    digests = evaluation.label_digests
-    columns["label_digest"] = pa.array(
-        np.full(n, UNKNOWN, dtype=np.uint64) if digests is None else digests, pa.uint64()
+    scored = len(evaluation.query_ids)
+    unscored = evaluation.unscored_query_ids
+    unscored = (
+        pa.array([], pa.large_string()) if unscored is None else unscored.cast(pa.large_string())
     )
+    extra = len(unscored)
+    columns: dict[str, Any] = {
+        "query_id": pa.concat_arrays([_ids_array(evaluation.query_ids), unscored]),
+        "scored": pa.array(np.arange(scored + extra) < scored, pa.bool_()),
+    }
+    digests = evaluation.label_digests
+    saved_digests = np.full(scored + extra, UNKNOWN, dtype=np.uint64)
+    if digests is not None:
+        saved_digests[:scored] = digests
+    columns["label_digest"] = pa.array(saved_digests, pa.uint64())
     fields = list(evaluation.segment_values)
     for name in fields:
         columns[SEGMENT_PREFIX + name] = pa.array(
-            list(evaluation.segment_column(name)), pa.large_string()
+            [*evaluation.segment_column(name), *([""] * extra)], pa.large_string()
         )
+    unscored_rows = np.arange(scored + extra) >= scored
     for spec, values in evaluation.values.items():
-        columns[METRIC_PREFIX + str(spec)] = pa.array(values, pa.float64())
+        # The queries read but not scored have no value: null, never a number.
+        columns[METRIC_PREFIX + str(spec)] = pa.array(
+            np.concatenate([values, np.zeros(extra)]), pa.float64(), mask=unscored_rows
+        )
     meta = {
         "format": FORMAT_VERSION,
         "rankgate_version": __version__,
@@ -156,6 +174,11 @@ def save_baseline(evaluation: Evaluation, path: str | Path, *, sources: Sequence
     return target.stat().st_size
 
 
+def _ids_array(query_ids: Sequence[str]) -> Any:
+    to_arrow = getattr(query_ids, "to_arrow", None)  # ``attributes.QueryIds``
+    return to_arrow() if to_arrow is not None else fast.text_array(list(query_ids))
+
+
 def is_saved_baseline(item: Any) -> bool:
     """Whether a source argument names a baseline file (by its ``.rgb`` name)."""
     if isinstance(item, (str, Path)) and "://" not in str(item):
@@ -168,12 +191,21 @@ class SavedBaseline:
     """A baseline file read back: its table and its settings."""
 
     name: str
+    #: The scored queries' rows.
     table: Any
     meta: dict[str, Any]
+    #: The queries whose traces were read but not scored (no labels), an Arrow string array:
+    #: they pair and count as they would on a trace-vs-trace comparison.
+    unscored_ids: Any
+
+    @property
+    def scored(self) -> int:
+        return int(self.table.num_rows)
 
     @property
     def queries(self) -> int:
-        return int(self.table.num_rows)
+        """Every valid query the baseline read, scored or not."""
+        return self.scored + len(self.unscored_ids)
 
     @property
     def segment_fields(self) -> list[str]:
@@ -330,6 +362,13 @@ def _check_meta(name: str, meta: dict[str, Any]) -> None:
             raise InputError(name, None, "metadata 'segment_fields' must hold field names")
 
 
+def _memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # not on this platform: no limit
+        return 2**62
+
+
 def load_baseline(path: str | Path) -> SavedBaseline:
     """Read a baseline file; an ``InputError`` for a file that is not one."""
     import pyarrow as pa
@@ -339,7 +378,20 @@ def load_baseline(path: str | Path) -> SavedBaseline:
     if not Path(path).is_file():
         raise UsageError(f"{name}: no such baseline file")
     try:
-        table = pq.read_table(path)
+        file = pq.ParquetFile(path)
+        unpacked = sum(
+            file.metadata.row_group(i).total_byte_size for i in range(file.metadata.num_row_groups)
+        )
+        room = _memory_bytes() // 2
+        if unpacked > room:
+            raise InputError(
+                name,
+                None,
+                f"it unpacks to {unpacked / 2**30:.1f} GiB, more than half of this machine's "
+                "memory: not a baseline this rankgate saved (a 1M-query baseline unpacks to "
+                "well under 1 GiB)",
+            )
+        table = file.read()
     except (pa.ArrowException, OSError) as problem:
         raise InputError(name, None, f"not a baseline file (Parquet): {problem}") from None
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
@@ -375,18 +427,28 @@ def load_baseline(path: str | Path) -> SavedBaseline:
             raise InputError(name, column, f"must hold {kinds[0]} values")
         if column != "query_id" and table.column(column).null_count:
             raise InputError(name, column, "must hold no nulls")
+    if "scored" in names:
+        if table.schema.field("scored").type != pa.bool_() or table.column("scored").null_count:
+            raise InputError(name, "scored", "must hold true or false on every row")
+        scored = table.column("scored").to_numpy(zero_copy_only=False).astype(np.bool_)
+    else:
+        scored = np.ones(table.num_rows, dtype=np.bool_)
     for column in names:
         if column.startswith(METRIC_PREFIX):
             if table.schema.field(column).type != pa.float64():
                 raise InputError(name, column, "a metric column must hold float64 values")
             values = table.column(column)
-            if values.null_count or not bool(
-                np.isfinite(values.to_numpy(zero_copy_only=False)).all()
-            ):
-                raise InputError(name, column, "every value must be a finite number")
-    if not table.num_rows:
-        raise InputError(name, None, "the baseline holds no scored query")
+            present = fast.numpy_of(values.is_valid().combine_chunks())
+            finite = np.isfinite(values.fill_null(0.0).to_numpy(zero_copy_only=False))
+            # A scored query has a finite value; a query read but not scored has none.
+            if not np.array_equal(present, scored) or not bool(finite.all()):
+                raise InputError(
+                    name, column, "every scored query needs a finite value, every other none"
+                )
     ids = table.column("query_id")
     if ids.null_count or len(ids.unique()) != len(ids):
         raise InputError(name, "query_id", "a baseline holds each query once, never null")
-    return SavedBaseline(name, table, meta)
+    if not scored.any():
+        raise InputError(name, None, "the baseline holds no scored query")
+    unscored_ids = ids.filter(pa.array(~scored)).combine_chunks().cast(pa.large_string())
+    return SavedBaseline(name, table.filter(pa.array(scored)), meta, unscored_ids)

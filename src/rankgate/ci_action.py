@@ -467,7 +467,7 @@ def _fitted(render: Callable[[int, int], str]) -> str:
 def _failure(command: str, code: int, message: str) -> Outcome:
     """The outcome of a run that could not give a verdict, with its one line in the summary."""
     kind = "internal error, a bug in rankgate" if code == EXIT_INTERNAL else "bad input or usage"
-    flat = " ".join(message.split())[:1000].replace("`", "'")
+    flat = " ".join(message.split()).removeprefix("rankgate: error: ")[:1000].replace("`", "'")
     markdown = (
         f"**rankgate {command}: ERROR** (exit {code}: {kind}; no verdict)\n\n```text\n{flat}\n```\n"
     )

@@ -770,14 +770,18 @@ def _scored_against_saved(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    base_ids = saved.table.column("query_id")
+    # Every query the baseline read, scored ones first: pairing and the overlap share count the
+    # queries it read without labels too, as a comparison against its traces would.
+    base_ids = pa.chunked_array(
+        [*saved.table.column("query_id").chunks, saved.unscored_ids], pa.large_string()
+    ).combine_chunks()
     side_ids = side.table.column("query_id")
     in_base = fast.numpy_of(
         pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
     ).astype(np.int64)
-    in_side = fast.numpy_of(
-        pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1).combine_chunks()
-    ).astype(np.int64)
+    in_side = fast.numpy_of(pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1)).astype(
+        np.int64
+    )
     base_rows = np.flatnonzero(in_side >= 0)
     paired = len(base_rows)
     baseline_only = np.flatnonzero(in_side < 0)
@@ -802,33 +806,53 @@ def _scored_against_saved(
     )
     settings = scorer.settings
     if design == "unpaired":
-        everything = np.arange(saved.queries, dtype=np.int64)
+        everything = np.arange(saved.scored, dtype=np.int64)
         before = saved.evaluation(everything, metrics, gates, settings, scorer.policy)
         after, after_segments = _whole(side, scorer)
         return _Scored(pairing, before, after, scorer._segments(before), after_segments)
-    # The candidate's paired rows, segmented by the baseline's saved values.
-    attributes = saved.table.take(pa.array(base_rows, pa.int64()))
+    # The candidate's paired rows, segmented by the baseline's saved values (a query the baseline
+    # did not score has none: if the candidate scores it, the run is refused below).
+    attributes = _saved_attributes(saved).take(pa.array(base_rows, pa.int64()))
     side_rows = in_side[base_rows]
     order = np.argsort(side_rows, kind="stable")
     after, _ = scorer.score(
         _rows(side.table, np.sort(side_rows)), attributes.take(pa.array(order)), side
     )
-    # Positions among the paired baseline rows of the queries the candidate scored, in its order.
-    scored = fast.numpy_of(
-        pc.index_in(_ids(after), value_set=attributes.column("query_id").combine_chunks())
-    ).astype(np.int64)
-    if len(scored) != paired:
-        unscored = np.setdiff1d(np.arange(paired), scored)
-        first = attributes.column("query_id").take(pa.array(unscored[:3])).to_pylist()
+    # The baseline rows of the queries the candidate scored, in its order.
+    rows = fast.numpy_of(pc.index_in(_ids(after), value_set=base_ids)).astype(np.int64)
+    added = rows[rows >= saved.scored]
+    if len(added):
+        first = base_ids.take(pa.array(added[:3])).to_pylist()
+        raise UsageError(
+            f"{saved.name}: {len(added):,} paired queries the baseline read without labels are "
+            f"scored in {side.name} (first: {', '.join(map(repr, first))}): they have labels "
+            "now that the baseline was not scored with; save a new baseline with these labels"
+        )
+    if len(rows) != np.count_nonzero(base_rows < saved.scored):
+        unscored = np.setdiff1d(base_rows[base_rows < saved.scored], rows)
+        first = base_ids.take(pa.array(unscored[:3])).to_pylist()
         raise UsageError(
             f"{saved.name}: {len(unscored):,} paired queries the baseline scored are not scored "
             f"in {side.name} (first: {', '.join(map(repr, first))}): their labels are gone or "
             "their traces invalid there; the baseline would not be comparable"
         )
-    rows = base_rows[scored]  # the baseline's rows, in the order the candidate was scored
     saved.check_labels(rows, after.label_digests, after.query_ids)
     before = saved.evaluation(rows, metrics, gates, settings, scorer.policy)
     return _Scored(pairing, before, after, scorer._segments(before), {})
+
+
+def _saved_attributes(saved: SavedBaseline) -> Any:
+    """The query ID and segment columns of every query a baseline file read: its scored rows,
+    then the unscored ones (segment values empty: the file keeps none for them)."""
+    import pyarrow as pa
+
+    names = ["query_id", *(n for n in saved.table.schema.names if n.startswith("segment:"))]
+    scored = saved.table.select(names)
+    blank = pa.array([""] * len(saved.unscored_ids), pa.large_string())
+    unscored = pa.table(
+        {name: saved.unscored_ids if name == "query_id" else blank for name in names}
+    )
+    return pa.concat_tables([scored, unscored.cast(scored.schema)])
 
 
 def _column_lister(sides: Sequence[SideTable], book: LabelBook, settings: Settings) -> PairLister:

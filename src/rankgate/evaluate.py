@@ -298,6 +298,9 @@ class Evaluation:
     #: Per scored query, the digest of the labels it was scored with (``label_digest``), when
     #: ``evaluate(..., label_digests=True)`` asked for them (a saved baseline keeps them).
     label_digests: npt.NDArray[np.uint64] | None = None
+    #: The distinct IDs of valid traces that were read but not scored (no labels, or no relevant
+    #: label under empty_relevant='skip'), an Arrow string array; kept with ``label_digests``.
+    unscored_query_ids: Any = None
 
     def segment_column(self, field_name: str) -> Sequence[str]:
         """Each scored query's value of a segment field, aligned with ``query_ids``, as the
@@ -583,6 +586,7 @@ def evaluate(
     accumulator.partial = partial
     if label_digests:
         accumulator.digests = _Column(np.uint64)
+        accumulator.valid_ids = []
     if labels is not None:
         accumulator.labels = LabelIndex(
             label_table(labels, fields=settings.fields, input_format=labels_format)
@@ -854,8 +858,11 @@ class _Accumulator:
         self.outside = 0
         # Scoring one part of a larger input: whole-input checks are the caller's (see evaluate).
         self.partial = False
-        # Per scored query, the digest of its labels, when asked for (see evaluate).
+        # Per scored query, the digest of its labels, when asked for (see evaluate); with them,
+        # the IDs of every valid trace, for the queries read but not scored.
         self.digests: _Column | None = None
+        self.valid_ids: list[Any] | None = None
+        self.valid_ids_pending: list[str] = []
 
     def set_expected(
         self,
@@ -917,6 +924,8 @@ class _Accumulator:
                 )
             return None
         trace, grades, stale, expired = settled
+        if self.valid_ids is not None:
+            self.valid_ids_pending.append(trace.query_id)
         if self.expected is not None:
             self.seen_pending.append(trace.query_id)
             if len(self.seen_pending) >= SEEN_FLUSH:
@@ -1324,8 +1333,11 @@ class _Accumulator:
         the labels the stale-label filter removed from them."""
         n = len(rows)
         self.read += n
-        if self.expected is not None:
-            self._mark_seen(table.column("query_id").take(rows))
+        if self.expected is not None or self.valid_ids is not None:
+            read_ids = table.column("query_id").take(rows)
+            self._mark_seen(read_ids)
+            if self.valid_ids is not None:
+                self.valid_ids.append(read_ids)
         unlabeled = status == fast.ROW_UNLABELED
         no_relevant = status == fast.ROW_NO_RELEVANT
         everything = np.ones(n, dtype=np.bool_)
@@ -1593,7 +1605,28 @@ class _Accumulator:
             warnings=tuple(warnings),
             segment_values={name: self.segment_columns[name] for name in self.segment_fields},
             label_digests=None if self.digests is None else self.digests.values(),
+            unscored_query_ids=self._unscored_ids(),
         )
+
+    def _unscored_ids(self) -> Any:
+        """The distinct IDs of the valid traces that were not scored (no labels, no relevant
+        label), when they were tracked: a saved baseline keeps them, so that a comparison against
+        it pairs and counts queries as one against the traces would."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.valid_ids is None:
+            return None
+        parts = [
+            part.cast(pa.large_string())
+            for part in [*self.valid_ids, fast.text_array(self.valid_ids_pending)]
+            if len(part)
+        ]
+        if not parts:
+            return pa.array([], pa.large_string())
+        read = pc.unique(pc.drop_null(pa.chunked_array(parts, pa.large_string())))
+        scored = self.query_ids.to_arrow()
+        return pc.filter(read, pc.invert(pc.is_in(read, value_set=scored)))
 
 
 def _without_missing(group: Group, missing_scored: int) -> Group:

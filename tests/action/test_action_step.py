@@ -239,6 +239,8 @@ def test_options_the_action_owns_are_refused(runner: Runner, ab_files: dict[str,
         )
         assert step.code == 2, args
         assert said in step.summary(), (args, step.summary())
+        assert step.err.count("rankgate: error:") <= 1, step.err
+        assert "error: rankgate: error" not in step.summary()
     bad = runner.run(command="evaluate", sources=str(ab_files["baseline"]))
     assert bad.code == 2
     assert "input command: expected eval or compare, got 'evaluate'" in bad.summary()

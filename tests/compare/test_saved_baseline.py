@@ -198,7 +198,9 @@ def test_labels_todo_refuses_a_saved_baseline(
     assert "holds values, not rankings" in err
 
 
-@pytest.mark.parametrize("tamper", ["nan", "settings", "segment_null", "query_int"])
+@pytest.mark.parametrize(
+    "tamper", ["nan", "null_value", "scored_null", "settings", "segment_null", "query_int"]
+)
 def test_a_tampered_baseline_is_refused_in_one_line(
     capsys: pytest.CaptureFixture[str], files: dict[str, Path], tamper: str
 ) -> None:
@@ -214,6 +216,14 @@ def test_a_tampered_baseline_is_refused_in_one_line(
         values = table.column(column).to_numpy().copy()
         values[0] = np.nan
         table = table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+    elif tamper == "null_value":
+        column = next(n for n in table.schema.names if n.startswith("metric:"))
+        values = table.column(column).to_pylist()
+        values[0] = None
+        table = table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+    elif tamper == "scored_null":
+        at = table.schema.get_field_index("scored")
+        table = table.set_column(at, "scored", pa.array([None] * table.num_rows, pa.bool_()))
     elif tamper == "settings":
         data = json.loads(meta[b"rankgate.baseline"])
         data["settings"] = []
@@ -247,3 +257,72 @@ def test_a_candidate_without_labels_and_an_input_as_target_are_refused(
     code, _, err = _run(capsys, "eval", same, "--input-format", "json", "--labels",
                         files["labels"], *COMMON, "--save-baseline", same)  # fmt: skip
     assert code == 2 and "is also an input" in err
+
+
+def test_auto_pairing_counts_the_queries_the_baseline_read_without_labels(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    # 120 of the 300 queries labeled; the candidate ranks queries 100 to 299. Against the traces,
+    # 200 of the smaller side's 200 queries are shared, so auto pairs; a baseline file that kept
+    # only its 120 scored queries would share 20 of 120 and switch to the unpaired design.
+    records = [json.loads(line) for line in files["labels"].read_text().splitlines()]
+    partial = _write(files["dir"] / "partial.jsonl", records[:120])
+    later = [json.loads(line) for line in files["regressed"].read_text().splitlines()][100:]
+    candidate = _write(files["dir"] / "later.jsonl", later)
+    saved = files["dir"] / "partial.rgb"
+    code, _, err = _run(capsys, "eval", files["baseline"], "--labels", partial, *COMMON,
+                        "--save-baseline", saved)  # fmt: skip
+    assert code in (0, 1), err
+    args = [candidate, "--labels", partial, *COMMON, "--format", "json"]
+    code_saved, against_saved, err = _run(capsys, "compare", saved, *args)
+    code_traces, against_traces, _ = _run(capsys, "compare", files["baseline"], *args)
+    assert code_saved == code_traces, err
+    mine, theirs = json.loads(against_saved), json.loads(against_traces)
+    result_saved, result_traces = mine["results"][0], theirs["results"][0]
+    assert result_saved["pairing"] == result_traces["pairing"]
+    assert result_saved["design"] == result_traces["design"]
+    assert result_traces["design"]["design"] == "paired"
+    assert result_traces["pairing"]["paired"] == 200
+    assert mine["read"][str(saved)] == theirs["read"][str(files["baseline"])] == 300
+    cells = _cells(against_saved)
+    assert cells.keys() == _cells(against_traces).keys()
+    for key, cell in _cells(against_traces).items():
+        assert cells[key]["queries"] == cell["queries"], key
+        assert cells[key]["p_value"] == pytest.approx(cell["p_value"], abs=1e-12, rel=0), key
+    assert max(cell["queries"] for cell in cells.values()) == 20
+
+
+def test_labels_the_baseline_lacked_are_refused(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    records = [json.loads(line) for line in files["labels"].read_text().splitlines()]
+    partial = _write(files["dir"] / "partial.jsonl", records[:120])
+    saved = files["dir"] / "partial.rgb"
+    code, _, err = _run(capsys, "eval", files["baseline"], "--labels", partial, *COMMON,
+                        "--save-baseline", saved)  # fmt: skip
+    assert code in (0, 1), err
+    code, out, err = _run(capsys, "compare", saved, files["control"], "--labels",
+                          files["labels"], *COMMON)  # fmt: skip
+    assert code == 2, out
+    assert "180 paired queries the baseline read without labels" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--engine", "spark"], "--engine spark does not apply"),
+        (["--unjudged-pairs", "pairs.csv"], "keeps no rankings"),
+        (["--qrels", "qrels.txt"], "--qrels does not apply"),
+    ],
+)
+def test_what_a_saved_baseline_cannot_serve_is_said_first(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path], extra: list[str], expected: str
+) -> None:
+    saved = _save(capsys, files)
+    code, out, err = _run(capsys, "compare", saved, files["control"], *COMMON, *extra)
+    assert code == 2, out
+    assert expected in err and len(err.strip().splitlines()) == 1
+    code, out, err = _run(capsys, "compare", files["control"], saved, *COMMON)
+    assert code == 2, out
+    assert "it goes first" in err

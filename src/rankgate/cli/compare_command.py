@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rankgate.baseline import is_saved_baseline
 from rankgate.cli.options import (
     add_labels_format_option,
     add_otel_options,
@@ -229,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         variant_field = STORE_VARIANT_FIELD
     if args.master is not None and args.engine != "spark":
         raise UsageError("--master applies to --engine spark")
+    _check_saved_baseline_use(args)
     if args.engine == "spark":
         return _report(args, _compare_on_spark(args, config, settings, policy, significance))
     sides: list[Any] = _sides(args, variant_field)
@@ -360,6 +362,37 @@ def _compare_on_spark(
         master=args.master,
         progress=not args.no_progress,
     )
+
+
+def _check_saved_baseline_use(args: argparse.Namespace) -> None:
+    """A saved baseline (``.rgb``) is the first source of a file comparison; say so up front
+    for every use it cannot serve, rather than failing late or reading it as traces."""
+    saved = [index for index, text in enumerate(args.sources) if is_saved_baseline(text)]
+    if not saved:
+        return
+    name = args.sources[saved[0]]
+    if saved != [0]:
+        raise UsageError(
+            f"{name} is a saved baseline: it goes first, and only once "
+            f"(rankgate compare {name} CANDIDATE...)"
+        )
+    refused = [
+        ("--engine spark", args.engine == "spark"),
+        ("--variant-field", args.variant_field is not None),
+        ("--qrels", args.qrels is not None),
+    ]
+    for option, given in refused:
+        if given:
+            raise UsageError(
+                f"{name} is a saved baseline, compared with candidate trace files: {option} does "
+                "not apply (compare against the baseline's traces instead)"
+            )
+    if args.unjudged_pairs is not None:
+        raise UsageError(
+            f"--unjudged-pairs lists the unjudged documents of both sides' rankings, and {name} "
+            "keeps no rankings: compare against the baseline's traces, or list the candidate's "
+            "pairs with `rankgate labels todo CANDIDATE`"
+        )
 
 
 def _sides(args: argparse.Namespace, variant_field: str | None) -> list[str]:

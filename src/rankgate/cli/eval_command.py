@@ -162,8 +162,8 @@ def run(args: argparse.Namespace) -> int:
     if args.save_baseline is not None:
         size = save_baseline(evaluation, args.save_baseline, sources=sources)
         sys.stderr.write(
-            f"baseline of {evaluation.summary.scored:,} queries saved to {args.save_baseline} "
-            f"({size / 1e6:.1f} MB)\n"
+            f"baseline of {evaluation.summary.scored:,} scored queries (of "
+            f"{evaluation.summary.read:,} read) saved to {args.save_baseline} ({size / 1e6:.1f} MB)\n"
         )
     for note in source_notes(traces):
         sys.stderr.write(note + "\n")
