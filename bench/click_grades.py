@@ -2,7 +2,7 @@
 debiased-click and raw-CTR labels, per seed, on the seeded position-based-model simulator of
 ``tests/clicks`` (setup and definitions: ``tests/clicks/click_grade_table.py``).
 
-    python bench/click_grades.py                         # the README table: seeds 1-5
+    python bench/click_grades.py                         # the docs/clicks.md table: seeds 1-5
     python bench/click_grades.py --judged list           # labels of the scored list only
     python bench/click_grades.py --grading thresholds    # the fixed thresholds of before
     python bench/click_grades.py --lists 40 --queries 300

@@ -141,6 +141,7 @@ _MANAGED = (
     ("html", "--html"),
     ("per_query", "--per-query"),
     ("save_baseline", "--save-baseline"),
+    ("mlflow", "--mlflow"),
 )
 _REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_. -]{1,100}$")
@@ -270,13 +271,16 @@ def _arguments(inputs: ActionInputs) -> argparse.Namespace:
             raise UsageError("input args: --help and --version do not run a check") from None
         raise UsageError(lines[-1] if lines else "input args: not understood") from None
     for name, option in _MANAGED:
-        if getattr(args, name, None):
+        # A bare --mlflow parses to "": given, though falsy.
+        if getattr(args, name, None) not in (None, False):
             raise UsageError(
                 f"input args: {option} is the action's to set (it writes the job summary, the "
                 "HTML report and the outputs); "
                 + (
                     "save a baseline with `rankgate eval --save-baseline` in a step of its own"
                     if option == "--save-baseline"
+                    else "log to MLflow with `rankgate ... --mlflow` in a step of its own"
+                    if option == "--mlflow"
                     else "drop it"
                 )
             )

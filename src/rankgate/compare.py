@@ -56,7 +56,14 @@ from rankgate.compare_cells import (
     flag_cells,
 )
 from rankgate.compare_labels import LabelBook
-from rankgate.compare_read import NotArrowText, Reader, SideTable, held_side, streamed_side
+from rankgate.compare_read import (
+    NotArrowText,
+    Reader,
+    SideTable,
+    held_side,
+    name_of_labels,
+    streamed_side,
+)
 from rankgate.compare_records import (
     CountedSide,
     Pairing,
@@ -65,7 +72,6 @@ from rankgate.compare_records import (
     Variant,
     _as_variant,
     _check_distinct_names,
-    _source_name,
     score_by_records,
 )
 from rankgate.compare_unjudged import (
@@ -508,6 +514,8 @@ def compare(
         ConfigError: a ``min_detectable`` not above the margin, or other settings out of range.
     """
     settings = settings or Settings()
+    if isinstance(gates, (str, Gate)):  # one gate, not a sequence of characters
+        gates = [gates]
     if settings.resamples < 1:
         raise ConfigError("compare needs bootstrap resamples (>= 1) for the intervals of deltas")
     if pairing not in PAIRINGS:
@@ -685,7 +693,7 @@ def _score_by_columns(
     book = LabelBook(settings, stamp)
     labels_name = None
     if labels is not None:
-        labels_name = _source_name(labels)
+        labels_name = name_of_labels(labels)
         book.add_labels_source(labels, reader, labels_format)
     for side in sides:
         book.add_side(side)
@@ -734,7 +742,7 @@ def _score_against_saved(
     book = LabelBook(settings, stamp)
     labels_name = None
     if labels is not None:
-        labels_name = _source_name(labels)
+        labels_name = name_of_labels(labels)
         book.add_labels_source(labels, reader, labels_format)
     for side in sides:
         book.add_side(side)

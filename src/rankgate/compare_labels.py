@@ -25,7 +25,7 @@ from rankgate.compare_read import (
     NotArrowText,
     Reader,
     SideTable,
-    source_name,
+    name_of_labels,
 )
 from rankgate.errors import InputError, Location
 from rankgate.evaluate import Settings
@@ -64,7 +64,7 @@ class LabelBook:
     ) -> None:
         """Labels from a label file (one judgment or one query per record), qrels or a store."""
 
-        name = source_name(data)
+        name = name_of_labels(data)
         reading = LabelReading()
         labels: dict[str, QueryLabels]
         if is_store_url(data):

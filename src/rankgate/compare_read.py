@@ -113,6 +113,15 @@ def source_name(item: Any, index: int = 0) -> str:
     return "baseline" if index == 0 else f"candidate {index}"
 
 
+def name_of_labels(labels: Any) -> str:
+    """What a labels source is called in counts and reports: its path or name, else "labels"
+    (a qrels dict or a table has neither, and is not the baseline)."""
+    if isinstance(labels, str) or hasattr(labels, "__fspath__"):
+        return str(labels)
+    name = getattr(labels, "name", None)
+    return name if isinstance(name, str) else "labels"
+
+
 class Reader:
     """Reads sources into ``SideTable``s, counting invalid records under ``on_invalid="skip"``."""
 

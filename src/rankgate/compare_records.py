@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rankgate.compare_read import name_of_labels
 from rankgate.compare_unjudged import unjudged_in_top
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings
@@ -361,7 +362,7 @@ def score_by_records(
     book = _LabelBook(settings)
     labels_name = None
     if labels is not None:
-        labels_name = _source_name(labels)
+        labels_name = name_of_labels(labels)
         book.add_source(labels, reader, labels_format)
     for side in sides:
         book.add_side(side)

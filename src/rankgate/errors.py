@@ -7,6 +7,10 @@ The tree::
     ├── SpecError            a metric or gate string does not parse, or names an unknown metric
     ├── ConfigError          rankgate.toml or an option has a bad key or value
     └── UsageError           the call itself is inconsistent (e.g. --run without --qrels)
+        └── MissingExtraError  an optional extra is not installed (also an ImportError)
+
+Modules with errors of their own subclass ``RankgateError`` beside them (for example
+``rankgate.integrations.mlflow.TrackingError``: the tracking server or store failed).
 
 Gate failures are not errors: they are results (see ``rankgate.gates``).
 """
@@ -19,6 +23,7 @@ __all__ = [
     "ConfigError",
     "InputError",
     "Location",
+    "MissingExtraError",
     "RankgateError",
     "SpecError",
     "UsageError",
@@ -73,3 +78,10 @@ class ConfigError(RankgateError):
 
 class UsageError(RankgateError):
     """The arguments of a call contradict each other or are missing."""
+
+
+class MissingExtraError(UsageError, ImportError):
+    """An optional framework a module needs is not installed; the message names the extra.
+
+    Both a ``RankgateError`` (the CLI prints it as one line) and an ``ImportError`` (code that
+    guards an optional import with ``except ImportError`` keeps working)."""

@@ -35,7 +35,7 @@ from rankgate import fast
 from rankgate.attributes import AttributeRows, QueryIds, scalar_fields
 from rankgate.doc_id_mismatch import detect_mismatch
 from rankgate.doc_ids import DocIdMapping, map_labels, map_rankings
-from rankgate.errors import ConfigError, InputError, UsageError
+from rankgate.errors import ConfigError, InputError, MissingExtraError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
 from rankgate.io.columnar import SEGMENT_PREFIX, Chunk, chunks
@@ -477,13 +477,16 @@ def summary_line(evaluation: Evaluation) -> str:
 
 
 def require_extra(package: str, what: str) -> None:
-    """A one-line ``UsageError`` naming the extra to install when an optional package is missing."""
+    """A one-line ``MissingExtraError`` (a ``UsageError``) naming the extra to install when an
+    optional package is missing."""
     import importlib
 
     try:
         importlib.import_module(package)
     except ImportError:
-        raise UsageError(f"{what} needs {package}: pip install 'rankgate[{package}]'") from None
+        raise MissingExtraError(
+            f"{what} needs {package}: pip install 'rankgate[{package}]'"
+        ) from None
 
 
 def evaluate(
@@ -551,6 +554,8 @@ def evaluate(
     if label_filter.max_age is not None and label_filter.as_of is None:
         # One "now" for the whole run, so every record's labels are aged against the same instant.
         settings = replace(settings, label_filter=replace(label_filter, as_of=datetime.now(UTC)))
+    if isinstance(gates, (str, Gate)):  # one gate, not a sequence of characters
+        gates = [gates]
     checked_gates = tuple(parse_gate(g) if isinstance(g, str) else g for g in gates)
     policy = policy or GatePolicy()
     if not partial and not (isinstance(traces, (list, tuple)) and not traces):

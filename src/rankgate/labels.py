@@ -18,7 +18,7 @@ store applies too.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from os import PathLike
@@ -29,6 +29,7 @@ from rankgate import fast
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.io import FORMATS, FieldMap, RawRecord, Trace, limits, open_source, validate_record
 from rankgate.io.bounded import size_text, utf8_length
+from rankgate.io.ir_objects import qrels_of
 from rankgate.io.source import data_suffix
 from rankgate.io.trec import looks_like_qrels, read_qrels
 from rankgate.io.validate import MAX_GRADE
@@ -132,8 +133,12 @@ def read_judgments(
         raise UsageError(
             f"unknown label format {input_format!r} (formats: {', '.join(LABEL_FORMATS)})"
         )
-    if input_format == QRELS or (input_format is None and _is_qrels_file(data)):
-        for query_id, grades in read_qrels(Path(data)).items():
+    # Qrels held in memory (a dict, a ranx Qrels, Qrel tuples) or in a TREC file: one reading.
+    data, held = qrels_of(data)
+    if held is None and (input_format == QRELS or (input_format is None and _is_qrels_file(data))):
+        held = read_qrels(Path(data))
+    if held is not None:
+        for query_id, grades in held.items():
             reading.records += len(grades)
             for document_id, grade in grades.items():
                 reading.judgments += 1
@@ -401,18 +406,23 @@ def label_table(
     timestamp[us, UTC]>, a null value for an undated judgment), one row per query.
 
     ``data`` is anything ``collect_labels`` reads (a label file, qrels, a store URL), a dict of
-    query ID to ``QueryLabels``, or a table of this shape already (checked, and returned in the
-    canonical types). ``evaluate(traces, labels=...)`` takes the table as it takes the rest.
+    query ID to ``QueryLabels``, qrels as IR toolkits hold them (``{qid: {doc: grade}}``, a ranx
+    ``Qrels``, ir_measures ``Qrel`` tuples: see ``io.ir_objects``), or a table of this shape
+    already (checked, and returned in the canonical types). ``evaluate(traces, labels=...)``
+    takes the table as it takes the rest.
     """
     import pyarrow as pa
 
     if isinstance(data, pa.Table):
         return _checked_label_table(data)
-    labels = (
-        data
-        if isinstance(data, dict)
-        else collect_labels(data, fields=fields, input_format=input_format)
-    )
+    data, qrels = qrels_of(data)
+    labels: Mapping[str, Any]
+    if qrels is not None:
+        labels = {query_id: QueryLabels(grades) for query_id, grades in qrels.items()}
+    elif isinstance(data, dict):
+        labels = data
+    else:
+        labels = collect_labels(data, fields=fields, input_format=input_format)
     query_ids: list[str] = []
     offsets = [0]
     documents: list[str] = []

@@ -231,6 +231,7 @@ def test_options_the_action_owns_are_refused(runner: Runner, ab_files: dict[str,
     for args, said in (
         ("--format json", "--format is the action's to set"),
         ("--html elsewhere.html", "--html is the action's to set"),
+        ("--mlflow", "--mlflow is the action's to set"),
         ("--no-such-option", "unrecognized arguments: --no-such-option"),
         ("--margin 'unclosed", "input args: No closing quotation"),
     ):

@@ -10,6 +10,7 @@ from typing import Any
 from rankgate.baseline import is_saved_baseline
 from rankgate.cli.options import (
     add_labels_format_option,
+    add_mlflow_options,
     add_otel_options,
     add_report_options,
     add_scoring_options,
@@ -17,6 +18,7 @@ from rankgate.cli.options import (
     check_common,
     gates_from,
     load_project_config,
+    log_to_mlflow,
     metrics_from,
     policy_from,
     settings_from,
@@ -188,6 +190,7 @@ def add_parser(commands: Any) -> None:
     add_scoring_options(parser)
     add_store_options(parser, variants=False)
     add_otel_options(parser)
+    add_mlflow_options(parser)
     engines = parser.add_argument_group("engines")
     engines.add_argument(
         "--engine",
@@ -296,6 +299,7 @@ def _report(args: argparse.Namespace, comparison: Comparison) -> int:
     if args.html is not None:
         # The artifact first: a path it cannot be written to is exit 2 before any verdict shows.
         write_extra_report(render_comparison_html(comparison), args.html)
+    log_to_mlflow(args, comparison, [])
     write_report(text, args.output, render_comparison_verdict(comparison, style))
     return EXIT_OK if comparison.passed else EXIT_FAILED
 

@@ -10,6 +10,7 @@ from typing import Any
 from rankgate.baseline import BASELINE_SUFFIX, baseline_options, save_baseline
 from rankgate.cli.options import (
     add_labels_format_option,
+    add_mlflow_options,
     add_otel_options,
     add_query_set_options,
     add_report_options,
@@ -19,6 +20,7 @@ from rankgate.cli.options import (
     first,
     gates_from,
     load_project_config,
+    log_to_mlflow,
     metrics_from,
     policy_from,
     settings_from,
@@ -93,6 +95,7 @@ def add_parser(commands: Any) -> None:
     add_query_set_options(parser)
     add_store_options(parser, variants=True)
     add_otel_options(parser)
+    add_mlflow_options(parser)
     engines = parser.add_argument_group("engines")
     engines.add_argument(
         "--engine",
@@ -131,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = metrics_from(args, config)
 
     traces, sources = _traces(args)
-    html = args.report_format == "html" or args.html is not None
+    # The HTML report of an MLflow run lists the worst queries too.
+    html = args.report_format == "html" or args.html is not None or args.mlflow is not None
     if args.engine == "spark":
         from rankgate.engines.spark import evaluate_path
 
@@ -191,6 +195,7 @@ def _report(args: argparse.Namespace, evaluation: Any, sources: list[str]) -> in
     if args.html is not None:
         # The artifact first: a path it cannot be written to is exit 2 before any verdict shows.
         write_extra_report(render_eval_html(evaluation, sources), args.html)
+    log_to_mlflow(args, evaluation, sources)
     write_report(text, args.output, render_verdict(evaluation, style))
     return EXIT_OK if evaluation.passed else EXIT_FAILED
 
@@ -199,8 +204,13 @@ def _check_combination(args: argparse.Namespace) -> None:
     check_common(args)
     if args.per_query and args.report_format != "json":
         raise UsageError("--per-query applies to --format json")
-    if args.worst is not None and args.report_format != "html" and args.html is None:
-        raise UsageError("--worst applies to HTML reports (--format html or --html PATH)")
+    if (
+        args.worst is not None
+        and args.report_format != "html"
+        and args.html is None
+        and args.mlflow is None
+    ):
+        raise UsageError("--worst applies to HTML reports (--format html, --html PATH, --mlflow)")
     if "-" in args.traces:
         # Standard input can be read once: the traces would find it already consumed.
         for option, value in (("--labels", args.labels), ("--queries", args.queries)):

@@ -7,17 +7,19 @@ both commands read a project's config the same way.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
 from rankgate.doc_ids import DocIdMapping, parse_doc_id_option
 from rankgate.errors import UsageError
-from rankgate.evaluate import DEFAULT_METRICS, Settings
+from rankgate.evaluate import DEFAULT_METRICS, Evaluation, Settings, require_extra
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
 from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource, TimeWindow, open_source
+from rankgate.io.paths import shown
 from rankgate.labels import LABEL_FORMATS
 from rankgate.report.console import counted
 from rankgate.spec import MAX_CUTOFF
@@ -26,8 +28,12 @@ from rankgate.stats import DEFAULT_RESAMPLES
 from rankgate.store import StoreSource, Window, is_store_url
 from rankgate.times import parse_moment
 
+if TYPE_CHECKING:
+    from rankgate.compare import Comparison
+
 __all__ = [
     "add_labels_format_option",
+    "add_mlflow_options",
     "add_otel_options",
     "add_query_set_options",
     "add_report_options",
@@ -37,6 +43,7 @@ __all__ = [
     "fields_from",
     "gates_from",
     "load_project_config",
+    "log_to_mlflow",
     "metrics_from",
     "policy_from",
     "resolve_report_format",
@@ -293,6 +300,75 @@ def add_otel_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_mlflow_options(parser: argparse.ArgumentParser) -> None:
+    """``--mlflow [TRACKING_URI]``, ``--mlflow-experiment`` and ``--mlflow-run-name``."""
+    group = parser.add_argument_group("MLflow (needs rankgate[mlflow]; see docs/mlflow.md)")
+    group.add_argument(
+        "--mlflow",
+        nargs="?",
+        const="",
+        metavar="TRACKING_URI",
+        help="also log the results to an MLflow run: metrics, settings as params, verdicts as "
+        "tags, the JSON and HTML reports as artifacts. Without a URI, MLflow's own choice "
+        "(MLFLOW_TRACKING_URI, else ./mlflow.db); a failing run is logged too",
+    )
+    group.add_argument(
+        "--mlflow-experiment",
+        metavar="NAME",
+        help="the run's experiment, created when missing (default: MLflow's, "
+        "MLFLOW_EXPERIMENT_NAME or Default)",
+    )
+    group.add_argument("--mlflow-run-name", metavar="NAME", help="the run's name")
+
+
+# What a tracking URI starts with: a scheme, or one of MLflow's bare names.
+_TRACKING_URI = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*:|databricks(?:-uc)?$|uc$)")
+
+
+def _check_mlflow(args: argparse.Namespace) -> None:
+    """Before any scoring: the MLflow options agree, and mlflow is installed."""
+    uri = getattr(args, "mlflow", None)
+    if uri is None:
+        for option, value in (
+            ("--mlflow-experiment", getattr(args, "mlflow_experiment", None)),
+            ("--mlflow-run-name", getattr(args, "mlflow_run_name", None)),
+        ):
+            if value is not None:
+                raise UsageError(f"{option} applies to --mlflow")
+        return
+    if uri and not _TRACKING_URI.match(uri):
+        # argparse gives the optional URI the next word, which may be an input meant as such.
+        raise UsageError(
+            f"--mlflow {uri}: not a tracking URI (http://HOST:5000, sqlite:////ABS/mlflow.db, "
+            "databricks); for MLflow's default, write --mlflow after the inputs"
+        )
+    require_extra("mlflow", "--mlflow")
+
+
+def log_to_mlflow(
+    args: argparse.Namespace, result: Evaluation | Comparison, sources: list[str]
+) -> None:
+    """With ``--mlflow``: log the result, passed or failed, before its report is written, so that
+    a run MLflow cannot take is exit 2 before a verdict shows."""
+    if getattr(args, "mlflow", None) is None:
+        return
+    from rankgate.integrations.mlflow import log_comparison, log_evaluation
+
+    where = {
+        "tracking_uri": args.mlflow or None,
+        "experiment": args.mlflow_experiment,
+        "run_name": args.mlflow_run_name,
+    }
+    if isinstance(result, Evaluation):
+        logged = log_evaluation(result, sources=sources, **where)
+    else:
+        logged = log_comparison(result, **where)
+    sys.stderr.write(
+        f"logged to MLflow run {logged.run_id} (experiment {logged.experiment_id}) at "
+        f"{shown(logged.tracking_uri)}\n"
+    )
+
+
 def source_for(
     text: Any, args: argparse.Namespace, settings: Settings, variants: tuple[str, ...] = ()
 ) -> Any:
@@ -511,6 +587,8 @@ def check_common(args: argparse.Namespace) -> None:
         if key in seen:
             raise UsageError(f"--gate {text!r} repeats --gate {seen[key]!r}; keep one of them")
         seen[key] = text
+    # Last, since it imports mlflow (seconds): a contradiction found above is told at once.
+    _check_mlflow(args)
 
 
 def load_project_config(args: argparse.Namespace) -> Config:

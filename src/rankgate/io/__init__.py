@@ -1,8 +1,9 @@
 """Readers for every supported trace source, and the validator they all feed.
 
 ``open_source`` is the one entry point: it takes a path, ``-``, several paths, a glob, a folder, an
-``s3://``/``gs://`` URL, a list of dicts or a table and returns a ``TraceSource`` yielding located
-``RawRecord``s, which ``validate_record`` turns into ``Trace``s.
+``s3://``/``gs://`` URL, a list of dicts, a table or an IR toolkit's run (``ir_objects``) and
+returns a ``TraceSource`` yielding located ``RawRecord``s, which ``validate_record`` turns into
+``Trace``s.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from rankgate.errors import UsageError
 from rankgate.io.datasets import ChainedSource, DatasetSource, TimeWindow, open_paths
+from rankgate.io.ir_objects import run_source
 from rankgate.io.json_records import JsonSource
 from rankgate.io.otlp import OtlpOptions, OtlpSource, OtlpStats
 from rankgate.io.source import (
@@ -74,7 +76,9 @@ def open_source(
     data: Any, input_format: str | None = None, *, window: TimeWindow | None = None
 ) -> TraceSource:
     """A trace source for a path (str or Path; ``-`` is stdin), several paths (a list), a glob, a
-    folder, an ``s3://`` or ``gs://`` URL, a trace store URL, a list of dicts, or a table.
+    folder, an ``s3://`` or ``gs://`` URL, a trace store URL, a list of dicts, a table, or a run
+    as IR toolkits hold it (``{qid: {doc: score}}``, a ranx ``Run``, ir_measures ``ScoredDoc``
+    tuples: see ``io.ir_objects``).
 
     ``input_format`` (one of ``FORMATS``) overrides detection from the file name and content.
     ``"otlp"`` reads an OpenTelemetry export file, or every export file in a folder, with default
@@ -132,11 +136,15 @@ def open_source(
     table = arrow_table(data)
     if table is not None:
         return ArrowSource.table(f"<{type(data).__name__}>", table)
+    # A run as pytrec_eval, ranx or ir_measures hold it; an iterator comes back peeked.
+    data, run = run_source(data)
+    if run is not None:
+        return run
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, Mapping)):
         return RecordsSource(data)
     raise UsageError(
         f"cannot read traces from a {type(data).__name__}: give a path, a list (or any iterable) "
-        "of dicts, or a pandas, polars or Arrow table"
+        "of dicts, a pandas, polars or Arrow table, or a run ({query_id: {doc_id: score}})"
     )
 
 

@@ -4,7 +4,7 @@ Traces come from production logs and HTTP clients, so a single record can be hos
 (a logger that wrote a whole corpus into one line, JSON nested a thousand deep). Each reader refuses a
 record past these bounds with a located ``InputError`` (file:line or record, and the field) instead of
 exhausting memory, the stack or the user's patience. Under ``--on-invalid skip`` such a record is
-skipped and counted like any other invalid one. The README's "Limits" section lists them; the tests
+skipped and counted like any other invalid one. docs/limits.md lists them; the tests
 in tests/io/test_io_limits.py drive each one through every reader.
 
 The numbers leave real data far inside them: the largest production rankings we know of hold a few

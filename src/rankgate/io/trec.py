@@ -2,7 +2,8 @@
 
 A run line is ``qid Q0 docno rank score [tag]``; trec_eval ignores the rank column and orders each
 query's documents by score, highest first, breaking ties by docno in *descending* order, so the same
-is done here to give the same numbers. A qrels line is ``qid iteration docno relevance``. As in
+is done here to give the same numbers (``trec_ranking``, which the in-memory runs of
+``io.ir_objects`` use too). A qrels line is ``qid iteration docno relevance``. As in
 trec_eval, which reads relevance with ``atol``, a fractional relevance is truncated (``1.5`` is 1);
 a negative one (some TREC tracks use -1 or -2 for "judged, not relevant") becomes grade 0.
 
@@ -19,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rankgate.errors import InputError, Location
 from rankgate.io import limits
 from rankgate.io.bounded import (
@@ -32,7 +35,7 @@ from rankgate.io.bounded import (
 from rankgate.io.source import GZIP_ERRORS, decompressed
 from rankgate.io.validate import RawRecord
 
-__all__ = ["QRELS_COLUMNS", "TrecSource", "looks_like_qrels", "read_qrels"]
+__all__ = ["QRELS_COLUMNS", "TrecSource", "looks_like_qrels", "read_qrels", "trec_ranking"]
 
 QRELS_COLUMNS = 4
 # How much of a file ``looks_like_qrels`` reads to decide.
@@ -107,15 +110,28 @@ class TrecSource:
             first_line.setdefault(qid, number)
         self.total = len(rankings)
         for ordinal, (qid, scored) in enumerate(rankings.items(), start=1):
-            scored.sort(key=lambda pair: (pair[0], pair[1]), reverse=True)
-            record: dict[str, object] = {
-                "query_id": qid,
-                "retrieved_ids": [docno for _, docno in scored],
-            }
+            record: dict[str, object] = {"query_id": qid, "retrieved_ids": trec_ranking(scored)}
             if qid in labels:
                 record["relevance_scores"] = labels[qid]
             self._done = ordinal
             yield RawRecord(Location(str(self._run), line=first_line[qid]), record, ordinal)
+
+
+def trec_ranking(scored: list[tuple[float, str]]) -> list[str]:
+    """The document IDs of one query's (score, docno) pairs in trec_eval's order: score
+    descending, ties broken by docno descending.
+
+    trec_eval sorts on scores held as single-precision floats (``float sim`` in
+    ``form_ordered_rel.c``, compared by ``comp_sim_docno``), so two scores that round to the same
+    float32 tie there even when they differ as doubles; they are compared the same way here.
+    Python orders strings by code point, which is the byte order of their UTF-8 (``strcmp``).
+    """
+    if not scored:
+        return []
+    with np.errstate(over="ignore"):  # beyond float32's range a score is infinite there too
+        sims = np.array([score for score, _ in scored], np.float64).astype(np.float32).tolist()
+    ranked = sorted(zip(sims, (docno for _, docno in scored), strict=True), reverse=True)
+    return [docno for _, docno in ranked]
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, float]]:

@@ -1,7 +1,7 @@
 """Trace stores: a SQLite file or a PostgreSQL database that production writes traces and labels
 into (``TraceRecorder``) and that ``rankgate eval`` reads a window of (``StoreSource``).
 
-The schema is documented in ``backends.py`` and in the README. Every failure to open, read or
+The schema is documented in ``backends.py`` and in docs/stores.md. Every failure to open, read or
 write a store is a ``StoreError`` (a ``UsageError``, so a ``RankgateError``) with a one-line message
 naming the store as given, its password masked; ``StoreUnavailable`` marks those that may succeed
 later (a lock held past the wait, an unreachable server).
