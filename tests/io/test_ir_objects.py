@@ -353,3 +353,16 @@ def test_compare_refuses_a_malformed_side() -> None:
 def test_an_empty_label_dict_still_means_no_labels() -> None:
     evaluation = rankgate.evaluate(RUN, ["mrr"], labels={}, settings=Settings(resamples=0))
     assert evaluation.summary.skipped["unlabeled"] == len(RUN)
+
+
+@pytest.mark.parametrize(
+    ("run", "qrels", "field"),
+    [
+        ({"q1": {"d1": 10**400}}, {"q1": {"d1": 1}}, "score"),
+        ({"q1": {"d1": 1.0}}, {"q1": {"d1": 10**400}}, "relevance"),
+    ],
+)
+def test_integers_too_large_are_one_line_errors(run: Any, qrels: Any, field: str) -> None:
+    with pytest.raises(rankgate.RankgateError) as raised:
+        rankgate.evaluate(run, ["map"], labels=qrels)
+    assert "\n" not in str(raised.value)

@@ -207,7 +207,10 @@ def finite_score(value: object) -> float | None:
     """A score as a float; ``None`` for what is not a finite number (JSON cannot hold NaN)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):  # an int past float's range: no score, not a lost trace
+        return None
     return number if math.isfinite(number) else None
 
 

@@ -220,7 +220,10 @@ def _grades(entries: Iterable[Entry]) -> dict[str, dict[str, float]]:
 def _score(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError("", "score", f"expected a number, got {_kind(value)}")
-    score = float(value)
+    try:
+        score = float(value)
+    except (OverflowError, ValueError):  # an int past float's range
+        raise InputError("", "score", "expected a finite number, got one too large") from None
     if not math.isfinite(score):
         raise InputError("", "score", f"expected a finite number, got {score!r}")
     return score
@@ -231,7 +234,10 @@ def _grade(value: Any) -> float:
     integers), a negative one judged non-relevant (0) as in a qrels file."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError("", "relevance", f"expected a whole number, got {_kind(value)}")
-    grade = float(value)
+    try:
+        grade = float(value)
+    except (OverflowError, ValueError):  # an int past float's range
+        raise InputError("", "relevance", "expected a whole number, got one too large") from None
     if not math.isfinite(grade) or not grade.is_integer():
         raise InputError(
             "",
@@ -290,7 +296,10 @@ def _identifier(value: Any, field: str) -> str:
     if isinstance(value, str):
         text = value
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        text = str(int(value))
+        try:
+            text = str(int(value))
+        except ValueError:  # past Python's digit limit for int -> str
+            raise InputError("", field, "expected an ID, got an integer too long") from None
     else:
         raise InputError(
             "", field, f"expected a non-empty string or an integer, got {_kind(value)}"
