@@ -539,3 +539,15 @@ def test_mlflow_is_imported_only_when_logging(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("ok")
+
+
+def test_the_python_api_masks_a_password_in_its_error(tmp_path: Path) -> None:
+    import rankgate
+    from rankgate.integrations.mlflow import TrackingError, log_evaluation
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text('{"query_id": "q1", "retrieved_ids": ["d1"], "relevant_ids": ["d1"]}\n')
+    evaluation = rankgate.evaluate(str(traces), ["map"])
+    with pytest.raises(TrackingError) as raised:
+        log_evaluation(evaluation, tracking_uri="nosuch://alice:S3cretPW@host/x")
+    assert "S3cretPW" not in str(raised.value)

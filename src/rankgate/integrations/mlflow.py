@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rankgate import __version__
+from rankgate.cli.terminal import mask_credentials
 from rankgate.errors import ConfigError, RankgateError
 from rankgate.evaluate import require_extra
 from rankgate.io.paths import shown
@@ -598,8 +599,10 @@ def _check_reachable(uri: str) -> None:
 
 
 def _first_line(problem: BaseException) -> str:
-    """The first non-empty line of an exception's message (MLflow appends pages of advice)."""
-    message = str(getattr(problem, "message", None) or problem)
+    """The first non-empty line of an exception's message (MLflow appends pages of advice), with
+    URL passwords masked."""
+    # MLflow quotes the URI it was given, password and all: mask it before it reaches a message.
+    message = mask_credentials(str(getattr(problem, "message", None) or problem))
     line = next((text.strip() for text in message.splitlines() if text.strip()), "")
     if not line:
         return type(problem).__name__
