@@ -551,3 +551,61 @@ def test_the_python_api_masks_a_password_in_its_error(tmp_path: Path) -> None:
     with pytest.raises(TrackingError) as raised:
         log_evaluation(evaluation, tracking_uri="nosuch://alice:S3cretPW@host/x")
     assert "S3cretPW" not in str(raised.value)
+
+
+def test_a_token_in_the_tracking_uri_is_masked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    traces = _write(tmp_path / "traces.jsonl", HAND)
+    port = _closed_port()
+    result = _run(capsys, "eval", traces, *EVAL_ARGS,
+                  "--mlflow", f"http://127.0.0.1:{port}/?token=T0kenValue&x=1")  # fmt: skip
+    line = result.one_line_error("cannot reach the MLflow tracking server", "token=***")
+    assert "T0kenValue" not in line
+    with pytest.raises(tracking.TrackingError) as raised:
+        tracking.log_evaluation(
+            rankgate.evaluate(HAND, ["mrr"]),
+            tracking_uri=f"http://127.0.0.1:{port}/?access_token=T0kenValue",
+        )
+    assert "T0kenValue" not in str(raised.value)
+
+
+def test_a_password_masked_twice_keeps_the_sentence_around_it() -> None:
+    from rankgate.cli.terminal import mask_credentials
+
+    assert (
+        mask_credentials("postgresql://u:pw@h/db?password=***: connection refused")
+        == "postgresql://u:***@h/db?password=***: connection refused"
+    )
+
+
+def test_a_trace_store_is_never_taken_for_the_tracking_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    traces = _write(tmp_path / "traces.jsonl", HAND)
+    assert main(["trace", "import", str(traces), "--store", "sqlite:///store.db"]) == 0
+    before = (tmp_path / "store.db").read_bytes()
+    # argparse hands --mlflow the store meant as the input, with or without another input.
+    for args in (["--mlflow", "sqlite:///store.db", traces], ["--mlflow", "sqlite:///store.db"]):
+        _run(capsys, "eval", *args, *EVAL_ARGS).one_line_error(
+            "is a rankgate trace store, not an MLflow tracking store", "after the inputs"
+        )
+    assert (tmp_path / "store.db").read_bytes() == before  # MLflow created no table in it
+
+
+def test_an_unreachable_tracking_database_fails_at_once_without_mlflows_chatter(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    traces = _write(tmp_path / "traces.jsonl", HAND)
+    port = _closed_port()
+    # MLflow's own client retries a refused database for about 100 s: one attempt, one line.
+    result = _run(capsys, "eval", traces, *EVAL_ARGS,
+                  "--mlflow", f"postgresql://alice:S3cretPW@127.0.0.1:{port}/mlflow")  # fmt: skip
+    line = result.one_line_error("cannot reach the MLflow tracking store", f":{port}")
+    assert "S3cretPW" not in line
+    # A new SQLite tracking store is made without MLflow's INFO lines on stderr.
+    result = _run(capsys, "eval", traces, *EVAL_ARGS, "--mlflow", "sqlite:///fresh.db")
+    assert result.code == 0, result.err
+    assert result.err.strip().splitlines() == [
+        line for line in result.err.strip().splitlines() if line.startswith("logged to MLflow run")
+    ]

@@ -329,6 +329,14 @@ ERRORS = [
         InputError,
         "qrels item 2 (query None): field 'query_id'",
     ),
+    # 1 and "1" are one ID once written: two queries would merge into one.
+    ({1: {"d1": 1.0}, "1": {"d2": 1.0}}, QRELS, InputError, "query 1 is given both as an int"),
+    (RUN, {"1": {"d1": 1}, 1: {"d2": 1}}, InputError, "qrels query 1: field 'query_id': query 1"),
+    # A lone surrogate is no text, in a run as in qrels, and the message says where.
+    ({"q\udc80": {"d1": 1.0}}, QRELS, InputError, "run query 'q\\udc80': field 'query_id'"),
+    (RUN, {"q1": {"d\udc80": 1}}, InputError, "document 'd\\udc80': field 'doc_id': the ID"),
+    # Past Python's int -> str digit limit, the message still names the entry.
+    ({10**5000: {"d1": 1.0}}, QRELS, InputError, "run query an integer of 16,610 bits"),
 ]
 
 

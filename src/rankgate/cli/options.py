@@ -7,11 +7,14 @@ both commands read a project's config the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from rankgate.config import DEFAULT_CONFIG_NAME, Config, load_config
 from rankgate.doc_ids import DocIdMapping, parse_doc_id_option
@@ -342,7 +345,35 @@ def _check_mlflow(args: argparse.Namespace) -> None:
             f"--mlflow {uri}: not a tracking URI (http://HOST:5000, sqlite:////ABS/mlflow.db, "
             "databricks); for MLflow's default, write --mlflow after the inputs"
         )
+    if uri and _is_trace_store(uri, args):
+        # MLflow would add its own tables to the store, and the input meant is gone.
+        raise UsageError(
+            f"--mlflow {shown(uri)}: that is a rankgate trace store, not an MLflow tracking "
+            "store; if it is an input, write --mlflow after the inputs (or --mlflow=URI)"
+        )
     require_extra("mlflow", "--mlflow")
+
+
+def _is_trace_store(uri: str, args: argparse.Namespace) -> bool:
+    """Whether the tracking URI given is one of the inputs, or a SQLite file holding rankgate's
+    tables."""
+    inputs = [
+        str(item) for item in getattr(args, "sources", None) or getattr(args, "traces", None) or []
+    ]
+    if uri in inputs:
+        return True
+    if not uri.lower().startswith("sqlite:///"):
+        return False
+    path = Path(unquote(uri[len("sqlite:///") :]))
+    if not path.is_file():
+        return False
+    try:
+        location = f"{path.resolve().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(location, uri=True)) as db:
+            names = [row[0] for row in db.execute("SELECT name FROM sqlite_master")]
+    except sqlite3.Error:
+        return False  # not SQLite, or locked: MLflow will say what is wrong with it
+    return any(str(name).startswith("rankgate_") for name in names)
 
 
 def log_to_mlflow(

@@ -11,6 +11,7 @@ from typing import NoReturn, TextIO
 
 from rankgate.errors import UsageError
 from rankgate.report.console import Style, counted
+from rankgate.store.urls import SECRET_PARAMETERS
 
 __all__ = [
     "EXIT_FAILED",
@@ -35,7 +36,11 @@ EXIT_INTERNAL = 3  # a bug in rankgate: never a verdict, never the user's input
 
 # scheme://user:password@ and password=... as they appear in connection strings and URLs.
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]*@")
-_KEY_PASSWORD = re.compile(r"(?i)(?P<head>\bpassword\s*=\s*)('[^']*'|\"[^\"]*\"|[^\s&;]*)")
+_KEY_PASSWORD = re.compile(
+    rf"(?i)(?P<head>\b(?:{SECRET_PARAMETERS})\s*=\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^\s&;]*)"
+)
+# What may follow a value masked already: the punctuation of the sentence around it.
+_MASKED = re.compile(r"\*\*\*[:,.;)\]'\"]*")
 
 
 def abort(message: str) -> NoReturn:
@@ -51,10 +56,17 @@ def one_line(message: str) -> str:
 
 
 def mask_credentials(text: str) -> str:
-    """``text`` with the passwords of URLs and ``password=`` settings replaced by ``***``: an
-    exception from a database driver may quote the connection string it was given."""
+    """``text`` with the passwords of URLs and secret settings (``password=``, ``token=`` ...)
+    replaced by ``***``: an exception from a database driver or a tracking server may quote the
+    URL it was given."""
     text = _URL_PASSWORD.sub(lambda match: match.group("head") + "***@", text)
-    return _KEY_PASSWORD.sub(lambda match: match.group("head") + "***", text)
+
+    def masked(match: re.Match[str]) -> str:
+        value = match.group("value")
+        # Masked by an earlier pass: keep the punctuation that followed it ("...=***: refused").
+        return match.group(0) if _MASKED.fullmatch(value) else match.group("head") + "***"
+
+    return _KEY_PASSWORD.sub(masked, text)
 
 
 def write_stdout(text: str) -> None:

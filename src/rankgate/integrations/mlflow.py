@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -449,7 +450,8 @@ def _log(
     try:
         uri = tracking_uri or mlflow.get_tracking_uri()
         _check_reachable(uri)
-        return _send(content, uri, run_id, tracking_uri is not None, experiment, run_name)
+        with _quiet_mlflow_logs():
+            return _send(content, uri, run_id, tracking_uri is not None, experiment, run_name)
     except TrackingError:
         raise
     except Exception as problem:  # the tracking server's, its store's or the network's
@@ -568,10 +570,35 @@ def _named_experiment(client: MlflowClient, name: str) -> str:
     return str(found.experiment_id)
 
 
+@contextlib.contextmanager
+def _quiet_mlflow_logs() -> Iterator[None]:
+    """MLflow's INFO lines (creating a SQLite store's tables, migrating them) kept off stderr,
+    which carries rankgate's own messages; its warnings still show."""
+    loggers = [logging.getLogger(name) for name in ("mlflow", "alembic")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        if logger.getEffectiveLevel() < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+# Tracking stores MLflow reaches through SQLAlchemy: a database server, which its client retries
+# for about 100 seconds when refused.
+_DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
 def _check_reachable(uri: str) -> None:
-    """Ask an HTTP tracking server for any answer at all, once and briefly: MLflow's own client
-    retries a refused connection for minutes before it gives up."""
-    if urlsplit(uri).scheme.lower() not in ("http", "https"):
+    """Ask the tracking server or database for any answer at all, once and briefly: MLflow's own
+    client retries a refused connection for minutes before it gives up."""
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme.split("+")[0] in _DATABASE_SCHEMES:
+        _check_database(uri)
+        return
+    if scheme not in ("http", "https"):
         return
     try:
         from mlflow.utils.credentials import get_default_host_creds
@@ -596,6 +623,29 @@ def _check_reachable(uri: str) -> None:
         raise TrackingError(
             f"cannot reach the MLflow tracking server at {shown(uri)}: {reason}"
         ) from problem
+
+
+def _check_database(uri: str) -> None:
+    """One connection attempt to a database tracking store, through SQLAlchemy as MLflow makes
+    it, with a short connect timeout (PostgreSQL's and MySQL's drivers take one)."""
+    import sqlalchemy
+
+    options = {} if uri.lower().startswith("mssql") else {"connect_timeout": REACH_TIMEOUT}
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args=options)
+    except Exception as problem:  # no driver for the scheme, a malformed URL
+        raise TrackingError(
+            f"MLflow tracking store {shown(uri)}: {_first_line(problem)}"
+        ) from problem
+    try:
+        with engine.connect():
+            pass
+    except Exception as problem:
+        raise TrackingError(
+            f"cannot reach the MLflow tracking store at {shown(uri)}: {_first_line(problem)}"
+        ) from problem
+    finally:
+        engine.dispose()
 
 
 def _first_line(problem: BaseException) -> str:

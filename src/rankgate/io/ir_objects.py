@@ -160,13 +160,29 @@ def _grouped(
     and value checked. A location is worded only for an entry that is wrong."""
     grouped: dict[str, list[tuple[str, float]]] = {}
     query_ids: dict[Any, str] = {}
+    # The IDs that came as integers: 1 and "1" are one query once written as text, so a
+    # mapping holding both would merge two queries without a word.
+    from_integers: set[str] = set()
     for number, raw_query, raw_document, raw_value in entries:
         # Entries of one query come together (a mapping) or often do (a stream): its text is
         # checked once.
         query_id = query_ids.get(raw_query) if isinstance(raw_query, str) else None
         try:
             if query_id is None:
-                query_id = _identifier(raw_query, "query_id")
+                text = _identifier(raw_query, "query_id")
+                if isinstance(raw_query, str):
+                    mixed = text in from_integers
+                else:
+                    mixed = text not in from_integers and text in grouped
+                    from_integers.add(text)
+                if mixed:
+                    raise InputError(
+                        "",
+                        "query_id",
+                        f"query {text} is given both as an integer and as text; the two "
+                        "would merge into one query: write every ID one way",
+                    )
+                query_id = text
                 if isinstance(raw_query, str):
                     query_ids[raw_query] = query_id
             pairs = grouped.setdefault(query_id, [])
@@ -306,6 +322,13 @@ def _identifier(value: Any, field: str) -> str:
         )
     if not text:
         raise InputError("", field, "expected a non-empty string, got an empty string")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                "", field, "the ID holds a lone surrogate, which is not text (not valid UTF-8)"
+            ) from None
     if len(text) > limits.MAX_ID_BYTES // 4 and utf8_length(text) > limits.MAX_ID_BYTES:
         raise InputError(
             "",
@@ -339,5 +362,8 @@ def _kind(value: Any) -> str:
 
 
 def _clip(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 128:
+        # Past Python's digit limit, repr itself raises: say what it is instead.
+        return f"an integer of {value.bit_length():,} bits"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -57,14 +57,20 @@ def is_store_url(text: object) -> bool:
     return match is not None and match.group(1).lower() not in FILE_SYSTEM_SCHEMES
 
 
-_PASSWORD_PARAMETER = re.compile(r"(?i)[?&]password=([^&#]*)")
+#: Query parameters that carry a secret: a database password, or the token or key an HTTP service
+#: (an MLflow server, object storage's signed URLs) takes in the URL.
+SECRET_PARAMETERS = (
+    "password|passwd|pwd|token|access_token|auth_token|api_key|apikey|secret|client_secret|"
+    "sig|signature"
+)
+_PASSWORD_PARAMETER = re.compile(rf"(?i)[?&](?:{SECRET_PARAMETERS})=([^&#]*)")
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _password_spans(url: str) -> list[tuple[int, int, bool]]:
     """Where a URL holds passwords: ``(start, end, in_user_part)`` for the user part's password
-    and for each ``password=`` parameter. SQLite URLs carry none."""
+    and for each secret parameter (``password=``, ``token=`` ...). SQLite URLs carry none."""
     match = SCHEME.match(url)
     if match is None or match.group(1).lower() == "sqlite":
         return []
@@ -133,7 +139,9 @@ def describe_error(problem: BaseException, url: str | None = None) -> str:
         # The URL itself, where quoted whole, is shown as given with its password masked.
         line = redact_url(url).join(scrub(piece) for piece in line.split(url))
     line = re.sub(r"(://[^:/@\s\"']*:)[^@\s\"']*@", r"\1***@", line)
-    return re.sub(r"(?i)(password\s*=\s*)('[^']*'|\"[^\"]*\"|[^&\s\"']*)", r"\1***", line)
+    return re.sub(
+        rf"(?i)(\b(?:{SECRET_PARAMETERS})\s*=\s*)('[^']*'|\"[^\"]*\"|[^&\s\"']*)", r"\1***", line
+    )
 
 
 def redact_url(url: str) -> str:
