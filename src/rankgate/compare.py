@@ -262,6 +262,8 @@ class Comparison:
     #: The unjudged (query, document) pairs that decide the label-limited cells, when asked for
     #: (``compare(list_unjudged=True)``); None otherwise.
     unjudged_pairs: tuple[UnjudgedPair, ...] | None = None
+    #: ``compare --ppi``: the prediction-powered deltas (``rankgate.ppi_eval.PPIComparison``).
+    ppi: Any = None
 
     @property
     def designs(self) -> dict[str, str]:

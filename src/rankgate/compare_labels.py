@@ -30,8 +30,7 @@ from rankgate.compare_read import (
 from rankgate.errors import InputError, Location
 from rankgate.evaluate import Settings
 from rankgate.io.columnar import SEGMENT_PREFIX
-from rankgate.labels import LabelReading, QueryLabels, collect_labels, read_judgments
-from rankgate.store import is_store_url
+from rankgate.labels import QueryLabels, gather_labels
 
 __all__ = ["LabelBook", "label_grades"]
 
@@ -65,24 +64,18 @@ class LabelBook:
         """Labels from a label file (one judgment or one query per record), qrels or a store."""
 
         name = name_of_labels(data)
-        reading = LabelReading()
-        labels: dict[str, QueryLabels]
-        if is_store_url(data):
-            labels = collect_labels(data)
-        else:
-            labels = {}
-            for judgment in read_judgments(
-                data,
-                fields=self.settings.fields,
-                # The traces' --input-format says nothing of the label file's: it has its own
-                # (detected by default: qrels by layout, the rest by name or first bytes).
-                input_format=labels_format,
-                on_invalid=self.settings.on_invalid,
-                reading=reading,
-            ):
-                labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
-            reader.extra_read[f"{name} (labels)"] = reading.records
-            reader.extra_invalid[f"{name} (labels)"] = reading.skipped.get("invalid", 0)
+        labels, readings = gather_labels(
+            data,
+            fields=self.settings.fields,
+            # The traces' --input-format says nothing of the label file's: it has its own
+            # (detected by default: qrels by layout, the rest by name or first bytes).
+            input_format=labels_format,
+            on_invalid=self.settings.on_invalid,
+            label_source=self.settings.label_source,
+        )
+        for source, reading in readings.items():
+            reader.extra_read[f"{source} (labels)"] = reading.records
+            reader.extra_invalid[f"{source} (labels)"] = reading.skipped.get("invalid", 0)
         stamps = [found.labeled_at() for found in labels.values()]
         try:
             table = self._labels_table(labels, stamps)

@@ -118,6 +118,12 @@ def name_of_labels(labels: Any) -> str:
     (a qrels dict or a table has neither, and is not the baseline)."""
     if isinstance(labels, str) or hasattr(labels, "__fspath__"):
         return str(labels)
+    if (
+        isinstance(labels, (list, tuple))
+        and labels
+        and all(isinstance(item, str) or hasattr(item, "__fspath__") for item in labels)
+    ):
+        return " + ".join(str(item) for item in labels)
     name = getattr(labels, "name", None)
     return name if isinstance(name, str) else "labels"
 

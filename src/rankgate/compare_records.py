@@ -20,9 +20,8 @@ from rankgate.evaluate import Evaluation, InvalidRecord, Settings
 from rankgate.gates import INTERVAL_BOUNDS
 from rankgate.io import TraceSource, open_source, validate_record
 from rankgate.io.validate import Trace
-from rankgate.labels import LabelReading, QueryLabels, collect_labels, read_judgments
+from rankgate.labels import gather_labels
 from rankgate.segments import MISSING_VALUE, segment_value
-from rankgate.store import is_store_url
 
 __all__: list[str] = []
 
@@ -228,25 +227,21 @@ class _LabelBook:
         self.by_query: dict[str, _Labels] = {}
 
     def add_source(self, data: Any, reader: _Reader, labels_format: str | None = None) -> None:
-        """Labels from a label file (one judgment or one query per record), qrels or a store."""
-        name = _source_name(data)
-        reading = LabelReading()
-        if is_store_url(data):
-            labels = collect_labels(data)
-        else:
-            labels = {}
-            for judgment in read_judgments(
-                data,
-                fields=self.fields,
-                # The traces' --input-format says nothing of the label file's: it has its own
-                # (detected by default: qrels by layout, the rest by name or first bytes).
-                input_format=labels_format,
-                on_invalid=reader.settings.on_invalid,
-                reading=reading,
-            ):
-                labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
-            reader.extra_read[f"{name} (labels)"] = reading.records
-            reader.extra_invalid[f"{name} (labels)"] = reading.skipped.get("invalid", 0)
+        """Labels from a label file (one judgment or one query per record), qrels or a store,
+        or several of them."""
+        name = name_of_labels(data)
+        labels, readings = gather_labels(
+            data,
+            fields=self.fields,
+            # The traces' --input-format says nothing of the label file's: it has its own
+            # (detected by default: qrels by layout, the rest by name or first bytes).
+            input_format=labels_format,
+            on_invalid=reader.settings.on_invalid,
+            label_source=reader.settings.label_source,
+        )
+        for source, reading in readings.items():
+            reader.extra_read[f"{source} (labels)"] = reading.records
+            reader.extra_invalid[f"{source} (labels)"] = reading.skipped.get("invalid", 0)
         for query_id, found in labels.items():
             self._add(
                 query_id,

@@ -40,7 +40,13 @@ from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decid
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
 from rankgate.io.columnar import SEGMENT_PREFIX, Chunk, chunks
 from rankgate.label_digest import UNKNOWN, digest_of, digests_of_columns
-from rankgate.labels import LabelIndex, label_table, queries_with_relevant, read_query_set
+from rankgate.labels import (
+    LABEL_SOURCES,
+    LabelIndex,
+    label_table,
+    queries_with_relevant,
+    read_query_set,
+)
 from rankgate.segments import (
     MISSING_VALUE,
     Group,
@@ -123,6 +129,9 @@ class Settings:
     #: labels aggregate to them before the join (a rule in --doc-id form, "#", is parsed). None
     #: scores IDs as they are.
     doc_ids: DocIdMapping | None = None
+    #: Which labels kept apart to use (``rankgate.labels.LABEL_SOURCES``): ``"all"`` (a human's
+    #: judgment of a pair winning over a model judge's), or only ``"human"`` or ``"judge"`` ones.
+    label_source: str = "all"
 
     def __post_init__(self) -> None:
         try:
@@ -146,6 +155,10 @@ class Settings:
             raise ConfigError(
                 "doc_ids must be a DocIdMapping, or a rule such as '#', 're:PATTERN' or "
                 f"'map:FILE', got {self.doc_ids!r}"
+            )
+        if self.label_source not in LABEL_SOURCES:
+            raise ConfigError(
+                f"label_source must be one of {', '.join(LABEL_SOURCES)}, got {self.label_source!r}"
             )
         if self.missing_trace not in ("skip", "zero"):
             raise ConfigError(f"missing_trace must be 'skip' or 'zero', got {self.missing_trace!r}")
@@ -260,6 +273,9 @@ class Summary:
     chunks_collapsed: int = 0
     #: The mapping the IDs were scored under (``--doc-id`` syntax), None when IDs were taken as is.
     doc_ids: str | None = None
+    #: Labels kept apart (``labels=``) by kind: ``{"human": n, "judge": m}`` after a human's
+    #: judgment of a pair replaced a judge's; empty when none were given.
+    label_sources: dict[str, int] = field(default_factory=dict)
 
     @property
     def coverage(self) -> float | None:
@@ -301,6 +317,9 @@ class Evaluation:
     #: The distinct IDs of valid traces that were read but not scored (no labels, or no relevant
     #: label under empty_relevant='skip'), an Arrow string array; kept with ``label_digests``.
     unscored_query_ids: Any = None
+    #: Prediction-powered estimates (``rankgate.ppi_eval.PPIEvaluation``) under ``eval --ppi``;
+    #: the gates were then decided on them.
+    ppi: Any = None
 
     def segment_column(self, field_name: str) -> Sequence[str]:
         """Each scored query's value of a segment field, aligned with ``query_ids``, as the
@@ -594,7 +613,13 @@ def evaluate(
         accumulator.valid_ids = []
     if labels is not None:
         accumulator.labels = LabelIndex(
-            label_table(labels, fields=settings.fields, input_format=labels_format)
+            label_table(
+                labels,
+                fields=settings.fields,
+                input_format=labels_format,
+                label_source=settings.label_source,
+                counts=accumulator.label_sources,
+            )
         )
     if settings.label_filter.corpus is not None:
         accumulator.corpus_ids = fast.text_array(sorted(settings.label_filter.corpus))
@@ -849,6 +874,8 @@ class _Accumulator:
         # row numbers, or None and the validated traces (held only when worst queries are kept).
         self.record_blocks: list[tuple[int, Any, Any]] = []
         self.labels: LabelIndex | None = None
+        #: How many labels kept apart are a human's and how many a model judge's.
+        self.label_sources: dict[str, int] = {}
         self.corpus_ids: Any = None
         # Distinct IDs in each scored ranking, for the served-depth figures.
         self.depths = _Column(np.int32)
@@ -1592,6 +1619,7 @@ class _Accumulator:
             expected_queries=None if self.expected is None else len(self.expected),
             outside_set=self.outside,
             served_depth=depth,
+            label_sources=dict(self.label_sources),
         )
         return Evaluation(
             metrics=tuple(self.metrics),

@@ -36,13 +36,19 @@ from rankgate.io.validate import MAX_GRADE
 from rankgate.times import parse_time
 
 __all__ = [
+    "JUDGE_SOURCE_PREFIX",
     "LABEL_FORMATS",
+    "LABEL_SOURCES",
     "Judgment",
     "LabelIndex",
     "LabelReading",
     "QueryLabels",
     "collect_labels",
+    "gather_labels",
+    "is_judge_source",
     "judgments_of",
+    "label_source_counts",
+    "label_sources_of",
     "label_table",
     "queries_with_relevant",
     "read_judgments",
@@ -54,11 +60,23 @@ GRADE_KEYS = ("grade", "relevance")
 LABELED_AT_KEY = "labeled_at"
 SOURCE_KEY = "source"
 QRELS = "qrels"
+#: How judge labels name their source: ``judge:<model>@<prompt version>`` (``labels judge``
+#: writes them so). Every other source, or none, is a human's.
+JUDGE_SOURCE_PREFIX = "judge:"
+#: Which labels a run uses: every label (a human's winning over a judge's for the same pair), or
+#: only one kind.
+LABEL_SOURCES = ("all", "human", "judge")
+OTHER_SOURCE = "other label source"
 #: What ``input_format`` may name for a label file: TREC qrels, or any trace format.
 LABEL_FORMATS = (QRELS, *FORMATS)
 #: Query-set files read as records (a ``query_id`` field per record); any other name is a text
 #: file with one query ID per line.
 QUERY_SET_RECORD_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
+
+
+def is_judge_source(source: str | None) -> bool:
+    """Whether a label's source names a model judge (``judge:...``) rather than a human."""
+    return source is not None and source.startswith(JUDGE_SOURCE_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +109,29 @@ class QueryLabels:
 
     grades: dict[str, float] = field(default_factory=dict)
     stamps: dict[str, datetime | None] = field(default_factory=dict)
+    #: The documents whose grade a model judge gave (absent: a human's).
+    judged_by_model: set[str] = field(default_factory=set)
 
     def add(self, judgment: Judgment) -> None:
-        known = self.stamps.get(judgment.document_id)
-        if (
-            judgment.document_id in self.grades
-            and known is not None
-            and (judgment.labeled_at is None or judgment.labeled_at < known)
-        ):
-            return  # the judgment held is newer, or dated while this one is not
-        self.grades[judgment.document_id] = judgment.grade
-        self.stamps[judgment.document_id] = judgment.labeled_at
+        document = judgment.document_id
+        by_model = is_judge_source(judgment.source)
+        if document in self.grades:
+            held_by_model = document in self.judged_by_model
+            if by_model and not held_by_model:
+                return  # a human's grade beats a judge's, however old
+            known = self.stamps.get(document)
+            if (
+                by_model == held_by_model
+                and known is not None
+                and (judgment.labeled_at is None or judgment.labeled_at < known)
+            ):
+                return  # the judgment held is newer, or dated while this one is not
+        self.grades[document] = judgment.grade
+        self.stamps[document] = judgment.labeled_at
+        if by_model:
+            self.judged_by_model.add(document)
+        else:
+            self.judged_by_model.discard(document)
 
     def labeled_at(self) -> dict[str, str] | None:
         """Per-document stamps as ISO text, for the stale-label filter; None when none is known."""
@@ -117,8 +147,13 @@ def read_judgments(
     source: str | None = None,
     on_invalid: str = "fail",
     reading: LabelReading | None = None,
+    label_source: str = "all",
 ) -> Iterator[Judgment]:
     """Every judgment in a label file (any trace format, or qrels), in file order.
+
+    ``label_source`` (one of ``LABEL_SOURCES``) keeps only a human's judgments or only a model
+    judge's; a record all of whose judgments are of the other kind is counted in
+    ``reading.skipped["other label source"]``.
 
     ``input_format`` is one of ``LABEL_FORMATS``; without it a file is read as TREC qrels when
     it is named ``*.qrels`` or laid out as qrels (``qid iter docno rel``), else by the trace
@@ -137,12 +172,17 @@ def read_judgments(
     data, held = qrels_of(data)
     if held is None and (input_format == QRELS or (input_format is None and _is_qrels_file(data))):
         held = read_qrels(Path(data))
+    check_label_source(label_source)
     if held is not None:
         for query_id, grades in held.items():
             reading.records += len(grades)
             for document_id, grade in grades.items():
+                judgment = Judgment(query_id, document_id, grade, None, name)
+                if not _of_source(judgment, label_source):
+                    reading.skip(OTHER_SOURCE)
+                    continue
                 reading.judgments += 1
-                yield Judgment(query_id, document_id, grade, None, name)
+                yield judgment
         return
     for raw in open_source(data, input_format):
         reading.records += 1
@@ -157,8 +197,25 @@ def read_judgments(
             continue
         if not found:
             reading.skip("ungraded" if _ungraded(raw.value) else "no_labels")
-        reading.judgments += len(found)
-        yield from found
+            continue
+        kept = [judgment for judgment in found if _of_source(judgment, label_source)]
+        if not kept:
+            reading.skip(OTHER_SOURCE)
+        reading.judgments += len(kept)
+        yield from kept
+
+
+def check_label_source(label_source: str) -> None:
+    if label_source not in LABEL_SOURCES:
+        raise UsageError(
+            f"unknown label source {label_source!r} (label sources: {', '.join(LABEL_SOURCES)})"
+        )
+
+
+def _of_source(judgment: Judgment, label_source: str) -> bool:
+    if label_source == "all":
+        return True
+    return is_judge_source(judgment.source) == (label_source == "judge")
 
 
 def _is_qrels_file(data: Any) -> bool:
@@ -169,24 +226,85 @@ def _is_qrels_file(data: Any) -> bool:
 
 
 def collect_labels(
-    data: Any, *, fields: FieldMap | None = None, input_format: str | None = None
+    data: Any,
+    *,
+    fields: FieldMap | None = None,
+    input_format: str | None = None,
+    label_source: str = "all",
 ) -> dict[str, QueryLabels]:
-    """Every query's labels from a label file or a store URL, newest judgment first.
+    """Every query's labels from a label file or a store URL (or a list of them, read in
+    order): a human's judgment first, then the newest.
 
     ``input_format`` (one of ``LABEL_FORMATS``, e.g. ``"qrels"``) forces how a file is read; see
-    ``read_judgments`` for what is detected without it.
+    ``read_judgments`` for what is detected without it. ``label_source`` keeps one kind only.
     """
+    labels, _ = gather_labels(
+        data, fields=fields, input_format=input_format, label_source=label_source
+    )
+    return labels
+
+
+def label_sources_of(data: Any) -> list[Any]:
+    """Several label sources (a list or tuple of paths or store URLs) as a list; anything else is
+    one source."""
+    if (
+        isinstance(data, (list, tuple))
+        and data
+        and all(isinstance(item, (str, PathLike)) for item in data)
+    ):
+        return list(data)
+    return [data]
+
+
+def gather_labels(
+    data: Any,
+    *,
+    fields: FieldMap | None = None,
+    input_format: str | None = None,
+    on_invalid: str = "fail",
+    label_source: str = "all",
+) -> tuple[dict[str, QueryLabels], dict[str, LabelReading]]:
+    """Every query's labels from one label source or several (see ``label_sources_of``), with the
+    accounting of each file read, by its name (a store's labels table has none)."""
     from rankgate.store import is_store_url
 
-    judgments = (
-        _store_judgments(data)
-        if is_store_url(data)
-        else read_judgments(data, fields=fields, input_format=input_format)
-    )
+    check_label_source(label_source)
     labels: dict[str, QueryLabels] = {}
-    for judgment in judgments:
-        labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
-    return labels
+    readings: dict[str, LabelReading] = {}
+    for item in label_sources_of(data):
+        if is_store_url(item):
+            judgments: Iterator[Judgment] = (
+                judgment
+                for judgment in _store_judgments(item)
+                if _of_source(judgment, label_source)
+            )
+        else:
+            reading = readings.setdefault(_name_of(item), LabelReading())
+            judgments = read_judgments(
+                item,
+                fields=fields,
+                input_format=input_format,
+                on_invalid=on_invalid,
+                reading=reading,
+                label_source=label_source,
+            )
+        for judgment in judgments:
+            labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
+    return labels, readings
+
+
+def _name_of(data: Any) -> str:
+    if isinstance(data, (str, PathLike)):
+        return str(data)
+    name = getattr(data, "name", None)
+    return name if isinstance(name, str) else "labels"
+
+
+def label_source_counts(labels: Mapping[str, QueryLabels]) -> dict[str, int]:
+    """How many of the labels held are a human's and how many a model judge's."""
+    by_model = sum(len(held.judged_by_model) for held in labels.values())
+    total = sum(len(held.grades) for held in labels.values())
+    return {"human": total - by_model, "judge": by_model}
 
 
 def _store_judgments(url: str) -> Iterator[Judgment]:
@@ -399,7 +517,12 @@ def _stamp(value: Any, location: Location) -> datetime | None:
 
 
 def label_table(
-    data: Any, *, fields: FieldMap | None = None, input_format: str | None = None
+    data: Any,
+    *,
+    fields: FieldMap | None = None,
+    input_format: str | None = None,
+    label_source: str = "all",
+    counts: dict[str, int] | None = None,
 ) -> Any:
     """Every query's labels as one ``pyarrow.Table``: ``query_id`` (string), ``relevance_scores``
     (map<string, float64>) and, when any judgment is dated, ``labeled_at`` (map<string,
@@ -409,20 +532,39 @@ def label_table(
     query ID to ``QueryLabels``, qrels as IR toolkits hold them (``{qid: {doc: grade}}``, a ranx
     ``Qrels``, ir_measures ``Qrel`` tuples: see ``io.ir_objects``), or a table of this shape
     already (checked, and returned in the canonical types). ``evaluate(traces, labels=...)``
-    takes the table as it takes the rest.
+    takes the table as it takes the rest. A list of paths or store URLs is read as one set of
+    labels (a human's judgment of a pair beating a judge's). ``label_source`` keeps only one kind
+    of label; ``counts``, when given, is filled with how many labels of each kind the table holds.
     """
     import pyarrow as pa
 
+    check_label_source(label_source)
     if isinstance(data, pa.Table):
+        if label_source == "judge":
+            raise UsageError(
+                "a labels table holds no label sources: label_source='judge' keeps none"
+            )
         return _checked_label_table(data)
     data, qrels = qrels_of(data)
     labels: Mapping[str, Any]
     if qrels is not None:
-        labels = {query_id: QueryLabels(grades) for query_id, grades in qrels.items()}
+        labels = (
+            {query_id: QueryLabels(grades) for query_id, grades in qrels.items()}
+            if label_source != "judge"
+            else {}
+        )
     elif isinstance(data, dict):
         labels = data
     else:
-        labels = collect_labels(data, fields=fields, input_format=input_format)
+        labels = collect_labels(
+            data, fields=fields, input_format=input_format, label_source=label_source
+        )
+    if counts is not None:
+        counts.update(
+            label_source_counts(
+                {key: held for key, held in labels.items() if isinstance(held, QueryLabels)}
+            )
+        )
     query_ids: list[str] = []
     offsets = [0]
     documents: list[str] = []

@@ -90,6 +90,7 @@ def test_documented_top_level_keys(cli, hand) -> None:
         "resamples": 1000,
         "missing_trace": "skip",
         "served_k": None,
+        "label_source": "all",
     }
     assert report["sources"] == [str(hand.path)]
 

@@ -156,6 +156,16 @@ def test_the_readme_keeps_the_quick_start_and_the_ci_section() -> None:
     assert re.search(r"\*\*\d+(\.\d+)? MB\*\*", in_ci), "the measured size of the 1M-query baseline"
 
 
+def test_the_readme_shows_the_judge_prompt_exactly_and_the_simulation_figures() -> None:
+    from rankgate.judge_prompt import PROMPT_TEXT, PROMPT_VERSION, SYSTEM_TEXT
+
+    judging = _section((ROOT / "README.md").read_text(encoding="utf-8"), "## Judging with a model")
+    assert f"SYSTEM\n{SYSTEM_TEXT}\n\nUSER\n{PROMPT_TEXT.rstrip()}\n```" in judging
+    assert f"version `{PROMPT_VERSION}`" in judging
+    assert "bench/ppi_simulation.py" in judging and "tests/ppi/test_ppi_simulation.py" in judging
+    assert "docs/judging.md" in judging
+
+
 def test_the_readme_links_resolve_and_reach_every_command_page() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)

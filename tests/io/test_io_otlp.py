@@ -545,6 +545,7 @@ def test_cli_scores_an_export_with_labels_from_a_file_or_a_store(
             for doc, grade in (grades or {}).items()
         )
     )
+    judged = sum(len(grades or {}) for _, _, _, grades, _ in QUERIES)
     store = f"sqlite:///{tmp_path / 'labels.db'}"
     assert run_cli(capsys, "label", "import", judgments, "--store", store)[0] == 0
     common = ["-m", ",".join(METRICS), "--no-config", "--format", "json", "--per-query"]
@@ -555,8 +556,10 @@ def test_cli_scores_an_export_with_labels_from_a_file_or_a_store(
         )
         assert code == 0, err
         assert json.loads(out)["per_query"] == json.loads(expected)["per_query"]
-        # Labels kept apart name a query set; the inline-labeled JSONL has none.
-        set_keys = ("query_set", "expected_queries")
+        # Labels kept apart name a query set and count their labels by kind; the inline-labeled
+        # JSONL does neither.
+        assert json.loads(out)["summary"]["label_sources"] == {"human": judged, "judge": 0}
+        set_keys = ("query_set", "expected_queries", "label_sources")
         summary = {k: v for k, v in json.loads(out)["summary"].items() if k not in set_keys}
         wanted = {k: v for k, v in json.loads(expected)["summary"].items() if k not in set_keys}
         assert summary == wanted

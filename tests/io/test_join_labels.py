@@ -93,9 +93,11 @@ def _oracle(traces: list[dict], labels: dict[str, dict]) -> dict[str, dict[str, 
 
 def _same(one: rankgate.Evaluation, other: rankgate.Evaluation) -> None:
     assert list(one.query_ids) == list(other.query_ids)
-    # Labels kept apart also name the query set (counted as missing_trace); inline labels do not.
-    assert dataclasses.replace(one.summary, query_set=None, expected_queries=None) == (
-        dataclasses.replace(other.summary, query_set=None, expected_queries=None)
+    # Labels kept apart also name the query set (counted as missing_trace) and count their labels
+    # by kind (human or judge); inline labels do neither.
+    unnamed = {"query_set": None, "expected_queries": None, "label_sources": {}}
+    assert dataclasses.replace(one.summary, **unnamed) == (
+        dataclasses.replace(other.summary, **unnamed)
     )
     for spec in one.metrics:
         np.testing.assert_array_equal(one.values[spec], other.values[spec])
@@ -120,6 +122,9 @@ def test_a_label_file_joined_to_jsonl_traces_equals_trec_eval_and_the_inline_lab
     _check_against_trec(joined, traces, labels)
     inline = evaluate(_jsonl(tmp_path / "inline.jsonl", _inline(traces, labels)), METRICS)
     _same(joined, inline)
+    judgments = sum(len(grades) for grades in labels.values())
+    assert joined.summary.label_sources == {"human": judgments, "judge": 0}
+    assert inline.summary.label_sources == {}
     no_relevant = sum(1 for g in labels.values() if not any(v >= 1 for v in g.values()))
     assert joined.summary.skipped == {
         "unlabeled": len(traces) - len(labels),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
 from rankgate.baseline import is_saved_baseline
 from rankgate.cli.options import (
-    add_labels_format_option,
+    add_kept_labels_options,
     add_mlflow_options,
     add_otel_options,
     add_report_options,
@@ -99,13 +100,19 @@ def add_parser(commands: Any) -> None:
         dest="candidate_values",
         help="a candidate's value of --variant-field (repeatable; default: every other value)",
     )
-    parser.add_argument(
-        "--labels",
-        metavar="FILE",
-        help="labels for the queries: a label file (one judgment or one query per record), "
+    add_kept_labels_options(
+        parser,
+        "labels for the queries: a label file (one judgment or one query per record), "
         "a TREC qrels file (*.qrels), or a trace store URL",
     )
-    add_labels_format_option(parser)
+    parser.add_argument(
+        "--ppi",
+        type=Path,
+        metavar="SAMPLE",
+        help="also report prediction-powered deltas: each side scored with judge labels on every "
+        "query, corrected by the human labels of the declared random sample SAMPLE (the file "
+        "`rankgate labels todo --sample-queries` wrote, graded); --labels gives both kinds",
+    )
     parser.add_argument(
         "--qrels",
         type=Path,
@@ -234,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
     if args.master is not None and args.engine != "spark":
         raise UsageError("--master applies to --engine spark")
     _check_saved_baseline_use(args)
+    if args.ppi is not None:
+        _check_ppi(args, variant_field)
     if args.engine == "spark":
         return _report(args, _compare_on_spark(args, config, settings, policy, significance))
     sides: list[Any] = _sides(args, variant_field)
@@ -273,6 +282,8 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
+    if args.ppi is not None:
+        comparison = _with_ppi(args, comparison, settings, significance, metrics_from(args, config))
     if args.unjudged_pairs is not None:
         write_unjudged_pairs(comparison.unjudged_pairs or (), args.unjudged_pairs)
     for side in sides:
@@ -397,6 +408,59 @@ def _check_saved_baseline_use(args: argparse.Namespace) -> None:
             "keeps no rankings: compare against the baseline's traces, or list the candidate's "
             "pairs with `rankgate labels todo CANDIDATE`"
         )
+
+
+def _check_ppi(args: argparse.Namespace, variant_field: str | None) -> None:
+    require_file(args.ppi)
+    if args.labels is None:
+        raise UsageError(
+            "--ppi needs --labels: the graded sample and the judge's labels (repeat --labels)"
+        )
+    refused = [
+        ("--engine spark", args.engine == "spark"),
+        ("--variant-field or a store of variants", variant_field is not None),
+        ("--qrels", args.qrels is not None),
+        ("standard input", "-" in args.sources),
+        ("a saved baseline", any(is_saved_baseline(text) for text in args.sources)),
+        ("--mlflow", args.mlflow is not None),
+        (
+            f"--format {args.report_format}",
+            args.report_format not in ("table", "json") or args.html is not None,
+        ),
+    ]
+    for name, given in refused:
+        if given:
+            raise UsageError(
+                f"--ppi does not combine with {name}: each side is read again with each kind "
+                "of label, and the deltas are reported in the table or JSON"
+            )
+
+
+def _with_ppi(
+    args: argparse.Namespace,
+    comparison: Comparison,
+    settings: Settings,
+    significance: Any,
+    metrics: list[str],
+) -> Comparison:
+    from rankgate.ppi_eval import compare_ppi
+
+    def side(text: str) -> tuple[str, Any]:
+        return text, lambda: source_for(text, args, settings)
+
+    found = compare_ppi(
+        side(args.sources[0]),
+        [side(text) for text in args.sources[1:]],
+        metrics,
+        labels=args.labels,
+        sample=args.ppi,
+        settings=settings,
+        correction=significance.correction,
+        alpha=significance.alpha,
+        input_format=args.input_format,
+        labels_format=args.labels_format,
+    )
+    return dataclasses.replace(comparison, ppi=found)
 
 
 def _sides(args: argparse.Namespace, variant_field: str | None) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rankgate.baseline import BASELINE_SUFFIX, baseline_options, save_baseline
 from rankgate.cli.options import (
-    add_labels_format_option,
+    add_kept_labels_options,
     add_mlflow_options,
     add_otel_options,
     add_query_set_options,
@@ -40,6 +40,7 @@ from rankgate.evaluate import evaluate
 from rankgate.io import TrecSource
 from rankgate.io.datasets import shown
 from rankgate.io.source import require_file
+from rankgate.labels import label_sources_of
 from rankgate.report.console import Style, render_table, render_verdict
 from rankgate.report.html import render_eval_html
 from rankgate.report.json_report import eval_report, render_json
@@ -68,13 +69,11 @@ def add_parser(commands: Any) -> None:
         "--run", type=Path, help="TREC run file (with --qrels) instead of a trace file"
     )
     parser.add_argument("--qrels", type=Path, help="TREC qrels file for --run")
-    parser.add_argument(
-        "--labels",
-        metavar="FILE|URL",
-        help="labels kept apart from the traces, joined by query ID to traces without their own: "
+    add_kept_labels_options(
+        parser,
+        "labels kept apart from the traces, joined by query ID to traces without their own: "
         "a label file (one judgment or one query per record), *.qrels, or a store URL",
     )
-    add_labels_format_option(parser)
     add_report_options(parser, ("table", "json", "markdown", "markdown-pr", "junit", "html"))
     parser.add_argument("--per-query", action="store_true", help="include per-query values (JSON)")
     parser.add_argument(
@@ -90,6 +89,15 @@ def add_parser(commands: Any) -> None:
         metavar="N",
         help=f"HTML: list the N lowest-scoring queries per metric with their rankings "
         f"(default {DEFAULT_WORST})",
+    )
+    parser.add_argument(
+        "--ppi",
+        type=Path,
+        metavar="SAMPLE",
+        help="prediction-powered estimates: the metrics with judge labels on every query, "
+        "corrected by the human labels of the declared random sample SAMPLE (the file `rankgate "
+        "labels todo --sample-queries` wrote, graded); --labels gives both kinds of labels. "
+        "Gates are decided on the corrected estimates",
     )
     add_scoring_options(parser)
     add_query_set_options(parser)
@@ -143,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             traces, metrics, gates, settings, policy, args.master, progress=not args.no_progress
         )
         return _report(args, evaluation, sources)
+    given = traces
     traces = source_for(traces, args, settings)
     label = sources[0] if len(sources) == 1 else " + ".join(sources)
     bar = ProgressBar(label, sys.stderr, enabled=not args.no_progress)
@@ -163,6 +172,28 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
+    if args.ppi is not None:
+        from rankgate.ppi_eval import evaluate_ppi
+
+        bar = ProgressBar(
+            f"{label} (judge and human labels)", sys.stderr, enabled=not args.no_progress
+        )
+        try:
+            evaluation = evaluate_ppi(
+                lambda: source_for(given, args, settings),
+                metrics,
+                gates,
+                labels=args.labels,
+                sample=args.ppi,
+                settings=settings,
+                policy=policy,
+                input_format=args.input_format,
+                labels_format=args.labels_format,
+                evaluation=evaluation,
+                progress=bar.update,
+            )
+        finally:
+            bar.close()
     if args.save_baseline is not None:
         size = save_baseline(evaluation, args.save_baseline, sources=sources)
         sys.stderr.write(
@@ -230,7 +261,8 @@ def _check_combination(args: argparse.Namespace) -> None:
                 f"--save-baseline {args.save_baseline}: name it *{BASELINE_SUFFIX}, which is how "
                 "compare recognises a baseline"
             )
-        inputs = [*args.traces, *(str(x) for x in (args.labels, args.queries) if x)]
+        inputs = [*args.traces, *label_sources_of(args.labels or []), args.queries]
+        inputs = [str(item) for item in inputs if item]
         target = args.save_baseline.resolve()
         if any(
             text != "-" and "://" not in str(text) and Path(text).resolve() == target
@@ -244,10 +276,39 @@ def _check_combination(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"--save-baseline {args.save_baseline}: no directory {args.save_baseline.parent}"
             )
+    if args.ppi is not None:
+        _check_ppi(args)
     if args.engine == "spark":
         if args.save_baseline is not None:
             raise UsageError("--save-baseline applies to the local engine")
         _check_spark(args)
+
+
+def _check_ppi(args: argparse.Namespace) -> None:
+    """What ``--ppi`` needs and what it does not combine with (yet)."""
+    require_file(args.ppi)
+    if args.labels is None:
+        raise UsageError(
+            "--ppi needs --labels: the graded sample and the judge's labels (repeat --labels)"
+        )
+    refused = [
+        ("--engine spark", args.engine == "spark"),
+        ("standard input", "-" in args.traces),
+        ("--run/--qrels", args.run is not None),
+        ("--save-baseline", args.save_baseline is not None),
+        ("--mlflow", args.mlflow is not None),
+        ("--gate-on pessimistic", args.gate_on == "pessimistic"),
+        (
+            f"--format {args.report_format}",
+            args.report_format in ("html", "junit", "markdown-pr") or args.html is not None,
+        ),
+    ]
+    for name, given in refused:
+        if given:
+            raise UsageError(
+                f"--ppi does not combine with {name}: the traces are read three times and the "
+                "estimates are reported as a table, JSON or Markdown"
+            )
 
 
 def _check_spark(args: argparse.Namespace) -> None:

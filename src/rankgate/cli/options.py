@@ -23,7 +23,7 @@ from rankgate.evaluate import DEFAULT_METRICS, Evaluation, Settings, require_ext
 from rankgate.gates import DEFAULT_MIN_QUERIES, GATE_ON, Gate, GatePolicy, merge_gates, parse_gate
 from rankgate.io import FORMATS, FieldMap, OtlpOptions, OtlpSource, TimeWindow, open_source
 from rankgate.io.paths import shown
-from rankgate.labels import LABEL_FORMATS
+from rankgate.labels import LABEL_FORMATS, LABEL_SOURCES
 from rankgate.report.console import counted
 from rankgate.spec import MAX_CUTOFF
 from rankgate.stale import LabelFilter, parse_age, read_corpus
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rankgate.compare import Comparison
 
 __all__ = [
+    "add_kept_labels_options",
     "add_labels_format_option",
     "add_mlflow_options",
     "add_otel_options",
@@ -528,6 +529,26 @@ FORMAT_BY_EXTENSION = {
 }
 
 
+def add_kept_labels_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--labels`` (repeatable), ``--labels-format`` and ``--label-source``: labels kept apart
+    from the traces, as eval and compare take them."""
+    parser.add_argument(
+        "--labels",
+        action="append",
+        metavar="FILE|URL",
+        help=f"{what} (repeatable: several files are one set of labels, a human's grade of a "
+        "pair winning over a model judge's)",
+    )
+    add_labels_format_option(parser)
+    parser.add_argument(
+        "--label-source",
+        choices=LABEL_SOURCES,
+        help="which --labels to use: all (default; a human's grade of a pair wins over a "
+        "judge's), human (labels whose source does not start with 'judge:'), or judge (only "
+        "those written by `rankgate labels judge`)",
+    )
+
+
 def add_labels_format_option(parser: argparse.ArgumentParser) -> None:
     """``--labels-format``, for a label file that detection would misread (a qrels file that
     starts with a comment, say)."""
@@ -596,8 +617,18 @@ def check_common(args: argparse.Namespace) -> None:
     resolve_report_format(args, "table")
     if args.config is not None and args.no_config:
         raise UsageError("--config and --no-config contradict each other")
+    labels = getattr(args, "labels", None)
+    if isinstance(labels, list):
+        # One --labels is one source, as it always was; several are read as one set.
+        if len(labels) > 1 and "-" in labels:
+            raise UsageError("standard input (-) can be the only --labels; give the others alone")
+        if len(set(labels)) < len(labels):
+            raise UsageError("the same --labels is given twice")
+        args.labels = labels[0] if len(labels) == 1 else labels
     if getattr(args, "labels_format", None) is not None and getattr(args, "labels", None) is None:
         raise UsageError("--labels-format describes a --labels file; give --labels FILE")
+    if getattr(args, "label_source", None) not in (None, "all") and labels is None:
+        raise UsageError("--label-source chooses among --labels; give --labels FILE")
     if args.html is not None and args.report_format == "html":
         if args.output is not None and args.output.suffix.lower() in (".html", ".htm"):
             raise UsageError(
@@ -649,6 +680,7 @@ def settings_from(args: argparse.Namespace, config: Config) -> Settings:
         missing_trace=first(getattr(args, "missing_trace", None), config.missing_trace, "skip"),
         served_k=first(getattr(args, "served_k", None), config.served_k, _UNSET),
         doc_ids=first(_doc_id_option(args), config.doc_ids, _UNSET),
+        label_source=getattr(args, "label_source", None) or "all",
     )
 
 

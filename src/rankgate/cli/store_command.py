@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rankgate.cli import clicks_command, todo_command
+from rankgate.cli import agreement_command, clicks_command, judge_command, todo_command
 from rankgate.cli.options import fields_from
 from rankgate.cli.terminal import EXIT_OK, write_stdout
 from rankgate.errors import InputError, UsageError
@@ -92,6 +92,8 @@ def add_parsers(commands: Any) -> None:
     label_commands = label.add_subparsers(title="label commands", metavar="ACTION")
     clicks_command.add_parser(label_commands)
     todo_command.add_parser(label_commands)
+    judge_command.add_parser(label_commands)
+    agreement_command.add_parser(label_commands)
     labels = label_commands.add_parser(
         "import",
         help="store the judgments of an annotation export",

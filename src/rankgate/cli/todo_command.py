@@ -56,28 +56,10 @@ def add_parser(label_commands: Any) -> None:
         "label import` and --labels read as it is. Exit 0, or 2 on bad input.",
         allow_abbrev=False,
     )
-    parser.add_argument(
-        "sources",
-        nargs="+",
-        metavar="SOURCE",
-        help="trace files or a trace store URL; several: BASELINE CANDIDATE [CANDIDATE ...]; "
-        "one file with --variant-field; one store URL with several variants is split by its "
-        "variant column",
-    )
-    budget = parser.add_argument_group("what to list")
-    budget.add_argument(
-        "--depth",
-        type=_cutoff,
-        default=DEFAULT_DEPTH,
-        metavar="K",
-        help=f"pool the top K of every ranking (default {DEFAULT_DEPTH})",
-    )
-    budget.add_argument(
-        "--budget", type=_whole, metavar="N", help="list at most N pairs (default: the whole pool)"
-    )
+    budget = add_pool_arguments(parser)
     budget.add_argument(
         "--sample-queries",
-        type=_whole,
+        type=positive_whole,
         metavar="N",
         help="list the pooled pairs of a stratified random sample of N queries of the first "
         "source instead (strata: the --segment-by fields; seeded by --seed): coverage grows "
@@ -96,6 +78,35 @@ def add_parser(label_commands: Any) -> None:
         choices=FORMATS,
         dest="todo_format",
         help="jsonl (default), csv, or label-studio (a JSON list of tasks to import)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def add_pool_arguments(parser: argparse.ArgumentParser) -> Any:
+    """The sources, how deep and how many pairs to pool, the labels already held, the comparison
+    that finds label-limited cells, and the reading options: what ``labels todo`` and ``labels
+    judge`` share. Returns the "what to list" group for the caller's own options."""
+    parser.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="trace files or a trace store URL; several: BASELINE CANDIDATE [CANDIDATE ...]; "
+        "one file with --variant-field; one store URL with several variants is split by its "
+        "variant column",
+    )
+    budget = parser.add_argument_group("what to list")
+    budget.add_argument(
+        "--depth",
+        type=_cutoff,
+        default=DEFAULT_DEPTH,
+        metavar="K",
+        help=f"pool the top K of every ranking (default {DEFAULT_DEPTH})",
+    )
+    budget.add_argument(
+        "--budget",
+        type=positive_whole,
+        metavar="N",
+        help="list at most N pairs (default: the whole pool)",
     )
     variants = parser.add_argument_group("one file holding every variant")
     variants.add_argument("--variant-field", metavar="FIELD", help="split the one file by FIELD")
@@ -139,10 +150,11 @@ def add_parser(label_commands: Any) -> None:
     add_scoring_options(parser)
     add_store_options(parser, variants=False)
     add_otel_options(parser)
-    parser.set_defaults(handler=run)
+    return budget
 
 
-def _whole(text: str) -> int:
+def positive_whole(text: str) -> int:
+    """An argument that must be a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -153,7 +165,7 @@ def _whole(text: str) -> int:
 
 
 def _cutoff(text: str) -> int:
-    value = _whole(text)
+    value = positive_whole(text)
     if value > MAX_CUTOFF:
         raise argparse.ArgumentTypeError(f"expected a depth from 1 to {MAX_CUTOFF:,}, got {text}")
     return value
@@ -166,6 +178,20 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--labels-format describes a --labels file; give --labels FILE")
     todo_format = _format(args)
     _check_writable(args.output, [*args.sources, *([args.labels] if args.labels else [])])
+    todo, sources = pool_from_args(args, sample_queries=args.sample_queries)
+    text = todo_text(todo, todo_format)
+    _write(text, args.output)
+    for source in sources:
+        for note in source_notes(source):
+            sys.stderr.write(note + "\n")
+    where = "standard output" if args.output == "-" else args.output
+    summary = render_summary(todo) + f"wrote {counted(len(todo.pairs), 'pair')} to {where}\n"
+    (sys.stderr if args.output == "-" else sys.stdout).write(summary)
+    return EXIT_OK
+
+
+def pool_from_args(args: argparse.Namespace, *, sample_queries: int | None = None) -> Any:
+    """The pool the arguments of ``add_pool_arguments`` ask for: ``(TodoList, sources read)``."""
     config = load_project_config(args)
     settings = settings_from(args, config)
     policy = policy_from(args, config)
@@ -213,20 +239,12 @@ def run(args: argparse.Namespace) -> int:
             pairing=args.pairing,
             depth=args.depth,
             budget=args.budget,
-            sample_queries=args.sample_queries,
+            sample_queries=sample_queries,
             progress=bar.update,
         )
     finally:
         bar.close()
-    text = todo_text(todo, todo_format)
-    _write(text, args.output)
-    for source in sources:
-        for note in source_notes(source):
-            sys.stderr.write(note + "\n")
-    where = "standard output" if args.output == "-" else args.output
-    summary = render_summary(todo) + f"wrote {counted(len(todo.pairs), 'pair')} to {where}\n"
-    (sys.stderr if args.output == "-" else sys.stdout).write(summary)
-    return EXIT_OK
+    return todo, sources
 
 
 def _store_variants(args: argparse.Namespace, settings: Any) -> str | None:

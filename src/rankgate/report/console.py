@@ -97,6 +97,10 @@ def render_table(evaluation: Evaluation, sources: Sequence[str], style: Style) -
         lines += _segment_table(evaluation, field_name, style)
     if evaluation.segments:
         lines.append(style.dim("  ! misses a gate   * fewer scored queries than min_queries"))
+    if evaluation.ppi is not None:
+        from rankgate.report.ppi_text import ppi_lines
+
+        lines += ["", *ppi_lines(evaluation.ppi, style)]
     failures = _failures(evaluation)
     if failures:
         lines += ["", style.bad("what failed, worst first:")]
@@ -190,6 +194,11 @@ def _counts(evaluation: Evaluation) -> list[str]:
         f"{counted(summary.duplicates_dropped, 'duplicate ID')} dropped from scored rankings · "
         f"relevant = grade >= {evaluation.settings.relevance_threshold:g}",
     ]
+    from rankgate.report.ppi_text import label_source_line
+
+    sources = label_source_line(summary.label_sources, evaluation.settings.label_source)
+    if sources is not None:
+        lines.append(sources)
     if summary.doc_ids is not None:
         lines.append(
             f"scored as documents (--doc-id {shlex.quote(summary.doc_ids)}): "
@@ -510,6 +519,10 @@ def render_comparison(comparison: Comparison, style: Style) -> str:
     lines += _warnings(comparison.warnings, style)
     for result in comparison.results:
         lines += ["", *_candidate_section(result, style)]
+    if comparison.ppi is not None:
+        from rankgate.report.ppi_text import ppi_compare_lines
+
+        lines += ["", *ppi_compare_lines(comparison.ppi, style)]
     if comparison.next_step is not None:
         lines += ["", f"next: {comparison.next_step}"]
     lines += ["", render_comparison_verdict(comparison, style)]

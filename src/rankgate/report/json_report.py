@@ -55,6 +55,7 @@ def eval_report(
             "resamples": settings.resamples,
             "missing_trace": settings.missing_trace,
             "served_k": settings.served_k,
+            "label_source": settings.label_source,
         },
         "summary": {
             "read": summary.read,
@@ -76,6 +77,7 @@ def eval_report(
             "missing_scored": summary.missing_scored,
             "in_means": summary.in_means,
             "outside_set": summary.outside_set,
+            "label_sources": dict(summary.label_sources),
             "served_depth": (
                 None
                 if summary.served_depth is None
@@ -104,6 +106,10 @@ def eval_report(
         "passed": evaluation.passed,
         "warnings": list(evaluation.warnings),
     }
+    if evaluation.ppi is not None:
+        from rankgate.report.ppi_text import ppi_json
+
+        report["ppi"] = ppi_json(evaluation.ppi)
     if per_query:
         report["per_query"] = evaluation.per_query()
     return report
@@ -241,6 +247,10 @@ def comparison_report(comparison: Comparison, *, per_query: bool = False) -> dic
         "passed": comparison.passed,
         "warnings": list(comparison.warnings),
     }
+    if comparison.ppi is not None:
+        from rankgate.report.ppi_text import ppi_compare_json
+
+        report["ppi"] = ppi_compare_json(comparison.ppi)
     if per_query:
         report["per_query"] = {result.name: result.per_query() for result in comparison.results}
     return report

@@ -222,6 +222,11 @@ def _summary_notes(evaluation: Evaluation) -> list[str]:
     depth = depth_text(summary, evaluation.settings.served_k)
     if depth is not None:
         notes.append(f"- {escape_markdown(depth)}")
+    from rankgate.report.ppi_text import label_source_line
+
+    sources = label_source_line(summary.label_sources, evaluation.settings.label_source)
+    if sources is not None:
+        notes.append(f"- {escape_markdown(sources)}")
     return [*notes, ""] if notes else []
 
 
@@ -312,6 +317,10 @@ def render_eval_markdown(evaluation: Evaluation, sources: Sequence[str]) -> str:
             "counted non-relevant (`unjudged=nonrelevant`, the pessimistic value) and counted "
             "relevant (`unjudged=relevant`).",
         ]
+    if evaluation.ppi is not None:
+        from rankgate.report.ppi_text import ppi_markdown
+
+        lines += ["", *ppi_markdown(evaluation.ppi, escape_markdown)]
     if evaluation.segments:
         metrics = list(evaluation.metrics)
         lines += [
