@@ -239,14 +239,26 @@ def merge_gates(base: Iterable[Gate], overrides: Iterable[Gate]) -> list[Gate]:
 
 
 def decide(
-    gates: Sequence[Gate], policy: GatePolicy, overall: Group, segments: Sequence[Group]
+    gates: Sequence[Gate],
+    policy: GatePolicy,
+    overall: Group,
+    segments: Sequence[Group],
+    *,
+    overall_minimum: bool = False,
 ) -> tuple[tuple[GateOutcome, ...], tuple[CoverageOutcome, ...]]:
     """Every gate on the overall group and on each segment, and every coverage minimum.
+
+    ``overall_minimum`` holds the overall group to ``min_queries`` too, as segments always are
+    (an estimate resting on a small sample, as ``eval --ppi``'s does).
 
     The default gates apply to every segment; a segment's rule replaces them metric by metric and
     may add its own. Outcomes come back in report order: overall first, then segments in order.
     """
-    outcomes = [_outcome(gate, overall, policy.gate_on, None) for gate in gates]
+    short = overall_minimum and overall.scored < policy.min_queries
+    outcomes = [
+        _outcome(gate, overall, policy.gate_on, policy.strict_segments if short else None)
+        for gate in gates
+    ]
     coverage = []
     if policy.min_coverage is not None:
         coverage.append(_coverage(overall, policy.min_coverage))

@@ -38,12 +38,13 @@ about to be sent: a fully cached run needs no HTTP client at all.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,6 +83,13 @@ MAX_BACKOFF_SECONDS = 30.0
 #: The longest ``Retry-After`` honoured: a misconfigured server asking for an hour's pause
 #: should not hang a CI job for an hour.
 MAX_RETRY_AFTER_SECONDS = 120.0
+#: The largest response body read: a chat completion holding a grade is a few hundred bytes.
+MAX_RESPONSE_BYTES = 1 << 20
+#: The most tokens one response may claim to have used; more is not believed (counted as 0).
+MAX_TOKEN_COUNT = 10_000_000
+#: Bounds of the settings that would otherwise overflow a timer or stall a run for good.
+MAX_TIMEOUT_SECONDS = 3600.0
+MIN_REQUESTS_PER_SECOND = 0.01
 
 # Failure reasons, as they appear in ``JudgeResult.error`` and ``JudgeRun.failures`` (an HTTP
 # failure reads "HTTP 500", or "HTTP 500 after 5 retries" once retries ran out; likewise the rest).
@@ -131,6 +139,20 @@ class JudgeSettings:
         _check_number("concurrency", self.concurrency, integer=True, minimum=1)
         if self.requests_per_second is not None:
             _check_number("requests_per_second", self.requests_per_second, positive=True)
+            if self.requests_per_second < MIN_REQUESTS_PER_SECOND:
+                raise ConfigError(
+                    f"judge requests_per_second: at least {MIN_REQUESTS_PER_SECOND:g}, got "
+                    f"{self.requests_per_second!r}"
+                )
+        if isinstance(self.timeout_seconds, (int, float)) and self.timeout_seconds > (
+            MAX_TIMEOUT_SECONDS
+        ):
+            raise ConfigError(
+                f"judge timeout_seconds: at most {MAX_TIMEOUT_SECONDS:g}, got "
+                f"{self.timeout_seconds!r}"
+            )
+        if any(ord(character) < 32 or ord(character) == 127 for character in self.model):
+            raise ConfigError(f"judge model: a name holds no control character, got {self.model!r}")
         _check_number("max_retries", self.max_retries, integer=True, minimum=0)
         _check_number("backoff_seconds", self.backoff_seconds, minimum=0)
         _check_number("timeout_seconds", self.timeout_seconds, positive=True)
@@ -290,6 +312,12 @@ def _outcomes(
     """
     httpx = _import_httpx()
     api_key = os.environ.get(settings.api_key_env) or None
+    if api_key is not None and not _header_safe(api_key):
+        # Never shown: only said to be unusable as a header value.
+        raise UsageError(
+            f"the API key in ${settings.api_key_env} is not a valid HTTP header value (it holds "
+            "a line break, a control character or a non-ASCII character): check how it was set"
+        )
     target = _Target.of(settings.endpoint)
     headers = {"Accept": "application/json", "User-Agent": "rankgate-judge"}
     if api_key is not None:
@@ -369,9 +397,14 @@ class _Session:
             requests += 1
             retry_after: float | None = None
             try:
-                response = client.post(self.url, json=body, headers=self.headers)
-            except httpx.TimeoutException:
+                status, headers, content = _post(
+                    client, self.url, body, self.headers, settings.timeout_seconds
+                )
+            except (httpx.TimeoutException, _Overdue):
                 failure = TIMEOUT
+            except _TooLarge:
+                # A reply this size is no grade: the endpoint is broken or hostile.
+                return outcome(None, MALFORMED_RESPONSE)
             except httpx.TransportError:
                 failure = CONNECTION_ERROR
             except httpx.RequestError:
@@ -379,11 +412,10 @@ class _Session:
                 # this attempt only, never the run.
                 failure = REQUEST_ERROR
             else:
-                status = response.status_code
                 if status in _REFUSED:
                     raise _Refused(status)
                 if 200 <= status < 300:
-                    reply, used_prompt, used_completion = _read_completion(response)
+                    reply, used_prompt, used_completion = _read_completion(content)
                     prompt_tokens += used_prompt
                     completion_tokens += used_completion
                     try:
@@ -402,7 +434,7 @@ class _Session:
                 if status not in _RETRYABLE_4XX and status < 500:
                     return outcome(None, f"HTTP {status}")
                 failure = f"HTTP {status}"
-                retry_after = _retry_after_seconds(response.headers.get("Retry-After"))
+                retry_after = _retry_after_seconds(headers.get("Retry-After"))
             if retries >= settings.max_retries:
                 return outcome(
                     None, failure if retries == 0 else f"{failure} after {retries} retries"
@@ -465,12 +497,40 @@ class _Target:
         return cls(url, auth)
 
 
-def _read_completion(response: httpx.Response) -> tuple[str | None, int, int]:
+class _TooLarge(Exception):
+    """A response body past ``MAX_RESPONSE_BYTES``."""
+
+
+class _Overdue(Exception):
+    """A response still arriving past the request's deadline (a server dripping bytes)."""
+
+
+def _post(
+    client: httpx.Client, url: str, body: dict[str, object], headers: dict[str, str], timeout: float
+) -> tuple[int, Mapping[str, str], bytes]:
+    """One request: its status, headers and body, read as a stream so that neither a body without
+    end (nor one that inflates, gzip) nor a server sending a byte now and then can hold the run:
+    httpx's timeouts bound each read, this bounds the size and the whole request
+    (``timeout * 2``: connecting and sending, then receiving)."""
+    deadline = time.monotonic() + 2 * timeout
+    with client.stream("POST", url, json=body, headers=headers) as response:
+        received = bytearray()
+        for chunk in response.iter_bytes():  # decoded: the cap counts inflated bytes
+            received += chunk
+            if len(received) > MAX_RESPONSE_BYTES:
+                raise _TooLarge
+            if time.monotonic() > deadline:
+                raise _Overdue
+        # httpx's Headers, which look names up regardless of case (a dict of them would not).
+        return response.status_code, response.headers, bytes(received)
+
+
+def _read_completion(raw: bytes) -> tuple[str | None, int, int]:
     """The first choice's message content (None when the body is not a chat completion) and the
     usage's prompt and completion tokens (0 where absent)."""
     try:
-        body = response.json()
-    except ValueError:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
         return None, 0, 0
     if not isinstance(body, dict):
         return None, 0, 0
@@ -489,7 +549,11 @@ def _read_completion(response: httpx.Response) -> tuple[str | None, int, int]:
 
 
 def _token_count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A usage count as reported, or 0 when it is not a plausible one (a hostile endpoint may
+    claim any number; the cache stores 64-bit integers)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKEN_COUNT:
+        return value
+    return 0
 
 
 def _retry_after_seconds(header: str | None) -> float | None:
@@ -511,6 +575,10 @@ def _retry_after_seconds(header: str | None) -> float | None:
     if not math.isfinite(seconds):
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _header_safe(value: str) -> bool:
+    return value.isascii() and all(32 <= ord(character) < 127 for character in value)
 
 
 def _refusal_message(settings: JudgeSettings, status: int, key_sent: bool) -> str:

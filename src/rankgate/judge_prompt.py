@@ -87,7 +87,7 @@ Reply with one line and nothing else, in exactly this form, where N is 0, 1, 2 o
 ##final score: N"""
 
 # A fence tag inside the untrusted text, in any case and spacing, e.g. "</passage>" or "< QUERY >".
-_FENCE_TAG = re.compile(r"<\s*(/?)\s*(query|passage)\s*>", re.IGNORECASE)
+_FENCE_TAG = re.compile(r"<\s*(/?)\s*(query|passage)\b[^>]*>", re.IGNORECASE)
 # The marker the prompt asks for; what follows it on the same line is read as the grade.
 _MARKER = re.compile(r"##[ \t]*final[ \t]*score[ \t]*:[ \t]*(\S*)", re.IGNORECASE)
 # Markdown emphasis a model may wrap round the digit ("**2**"), and a closing full stop ("2."): not

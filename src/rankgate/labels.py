@@ -42,6 +42,7 @@ __all__ = [
     "Judgment",
     "LabelIndex",
     "LabelReading",
+    "NoLabelsOfSource",
     "QueryLabels",
     "collect_labels",
     "gather_labels",
@@ -271,13 +272,10 @@ def gather_labels(
     check_label_source(label_source)
     labels: dict[str, QueryLabels] = {}
     readings: dict[str, LabelReading] = {}
+    dropped = [0]  # judgments of a store's labels table of the kind not asked for
     for item in label_sources_of(data):
         if is_store_url(item):
-            judgments: Iterator[Judgment] = (
-                judgment
-                for judgment in _store_judgments(item)
-                if _of_source(judgment, label_source)
-            )
+            judgments: Iterator[Judgment] = _kept(_store_judgments(item), label_source, dropped)
         else:
             reading = readings.setdefault(_name_of(item), LabelReading())
             judgments = read_judgments(
@@ -290,12 +288,44 @@ def gather_labels(
             )
         for judgment in judgments:
             labels.setdefault(judgment.query_id, QueryLabels()).add(judgment)
+    if label_source != "all" and not labels:
+        _check_kind_found(data, label_source, readings, dropped[0])
     return labels, readings
+
+
+class NoLabelsOfSource(UsageError):
+    """``label_source`` asked for a kind of label none of the labels given is."""
+
+
+def _check_kind_found(
+    data: Any, label_source: str, readings: Mapping[str, LabelReading], store_filtered: int
+) -> None:
+    """Labels were given but none is of the kind asked for: a usage error, not an evaluation
+    of nothing (every query unlabeled, every gate failed for want of a value)."""
+    other = store_filtered + sum(r.skipped.get(OTHER_SOURCE, 0) for r in readings.values())
+    if other:
+        kind = "a model judge's (source judge:...)" if label_source == "judge" else "a human's"
+        raise NoLabelsOfSource(
+            f"--label-source {label_source}: none of the labels in {_name_of(data)} is {kind}; "
+            f"{other:,} of the other kind were left out"
+        )
+
+
+def _kept(
+    judgments: Iterator[Judgment], label_source: str, dropped: list[int]
+) -> Iterator[Judgment]:
+    for judgment in judgments:
+        if _of_source(judgment, label_source):
+            yield judgment
+        else:
+            dropped[0] += 1
 
 
 def _name_of(data: Any) -> str:
     if isinstance(data, (str, PathLike)):
         return str(data)
+    if isinstance(data, (list, tuple)) and all(isinstance(x, (str, PathLike)) for x in data):
+        return " + ".join(str(item) for item in data)
     name = getattr(data, "name", None)
     return name if isinstance(name, str) else "labels"
 

@@ -22,9 +22,10 @@ estimate can use) is insufficient, as a small segment always is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,9 @@ from rankgate.errors import InputError, UsageError
 from rankgate.evaluate import Evaluation, Settings, evaluate
 from rankgate.gates import Gate, GatePolicy, decide, parse_gate
 from rankgate.io import open_source
+from rankgate.labels import NoLabelsOfSource
 from rankgate.ppi import PPIDeltaResult, PPIResult, ppi_mean, ppi_paired_delta
+from rankgate.report.console import shown_query_id
 from rankgate.segments import Group, SegmentKey
 from rankgate.spec import MetricSpec
 
@@ -51,9 +54,11 @@ __all__ = [
     "read_declared_sample",
 ]
 
-#: The fewest sampled queries a group needs for an estimate: fitting the judge's weight spends a
-#: degree of freedom, and one more is needed for a variance.
-MIN_SAMPLED = 3
+#: The fewest sampled queries a group needs for an estimate. The formulas need 3 (a fitted weight
+#: and a variance), but an interval from a handful of differences can come out of zero width when
+#: they happen to agree: below 10 there is no estimate, and the run stops when the whole sample
+#: is that small.
+MIN_SAMPLED = 10
 #: Below this many sampled queries the judge's weight is fixed at 1 (classic PPI) instead of
 #: fitted: a slope fitted on a few dozen queries costs more coverage than it buys (at 30 sampled
 #: queries, a nominal 95% interval covered 92.3% fitted against 93.5% fixed in
@@ -64,6 +69,9 @@ CONFIDENCE = 0.95
 #: or the ``sample`` field it writes beside it.
 SAMPLED_REASON = "sampled query"
 SAMPLE_FIELD = "sample"
+#: Why a sampled query is left out of the correction.
+NO_JUDGE_VALUE = "no trace scored with judge labels"
+NO_HUMAN_LABEL = "no human label yet"
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,8 @@ def read_declared_sample(path: str | Path) -> SampleReading:
             raise InputError(raw.location, "query_id", "expected the sampled query's ID")
         seen.setdefault(query_id, None)
         if not design and isinstance(record.get(SAMPLE_FIELD), str):
-            design = record[SAMPLE_FIELD]
+            # Free text from a file: shown in reports, so on one printable line.
+            design = shown_query_id(" ".join(record[SAMPLE_FIELD].split()))
     if not declared:
         raise UsageError(
             f"--ppi {name}: no record is marked as part of a random sample (reason "
@@ -151,7 +160,7 @@ def read_declared_sample(path: str | Path) -> SampleReading:
             "make the sample with `rankgate labels todo --sample-queries N`, have it graded, "
             "and give that file"
         )
-    return SampleReading(name, tuple(seen), design or "random sample")
+    return SampleReading(shown_query_id(name), tuple(seen), design or "random sample")
 
 
 # --- the whole ----------------------------------------------------------------------------------
@@ -209,10 +218,12 @@ def evaluate_ppi(
         kind_settings = dataclasses.replace(
             settings, label_source=kind, empty_relevant="zero", resamples=0
         )
-        by_kind[kind] = evaluate(
-            fresh(), specs, settings=kind_settings, policy=GatePolicy(), **common, **options
-        )
+        with _said_for_ppi(reading, kind):
+            by_kind[kind] = evaluate(
+                fresh(), specs, settings=kind_settings, policy=GatePolicy(), **common, **options
+            )
     found = ppi_of(by_kind["judge"], by_kind["human"], reading, settings.segment_by)
+    _check_sample(found)
     # The report's groups carry the corrected means and intervals, so every table, every format
     # and every gate reads the same numbers; their other columns (coverage, judged@k) stay.
     overall = _group(found.overall, evaluation.overall, evaluation.judged)
@@ -221,10 +232,55 @@ def evaluate_ppi(
         _group(by_key[group.key], group, evaluation.judged) if group.key in by_key else group
         for group in evaluation.segments
     ]
-    outcomes, _ = decide(parsed, policy, overall, segments)
+    outcomes, _ = decide(parsed, policy, overall, segments, overall_minimum=True)
     # Coverage minimums stay the report's own: they are about labels, not about an estimate.
     return dataclasses.replace(
         evaluation, overall=overall, segments=tuple(segments), gates=outcomes, ppi=found
+    )
+
+
+@contextlib.contextmanager
+def _said_for_ppi(sample: SampleReading, kind: str) -> Iterator[None]:
+    """A pass that finds no label of its kind, said in the words of ``--ppi``."""
+    try:
+        yield
+    except NoLabelsOfSource:
+        if kind == "judge":
+            raise UsageError(
+                f"--ppi {sample.name}: --labels hold no judge label (source judge:...); make "
+                "them with `rankgate labels judge` and give its file as --labels too"
+            ) from None
+        raise UsageError(
+            f"--ppi {sample.name}: --labels hold no human label; give the graded sample file "
+            "as --labels too"
+        ) from None
+
+
+def _check_sample(found: PPIEvaluation) -> None:
+    """A verdict needs an estimate: a sample the labels do not reach is a usage error, said with
+    what to do, never an n/a mean that fails a gate."""
+    if found.sampled >= MIN_SAMPLED:
+        return
+    name = found.sample.name
+    declared = len(found.sample.query_ids)
+    no_judge = found.dropped.get(NO_JUDGE_VALUE, 0)
+    no_human = found.dropped.get(NO_HUMAN_LABEL, 0)
+    if declared and no_judge == declared:
+        raise UsageError(
+            f"--ppi {name}: the judge graded none of the {declared:,} sampled queries; the "
+            "correction needs the judge's grade of the sampled pairs too: run `rankgate labels "
+            "judge` without --labels (its cache keeps that cheap) and give its file as --labels"
+        )
+    if declared and no_human + no_judge == declared and no_human:
+        raise UsageError(
+            f"--ppi {name}: none of the {declared:,} sampled queries has a human label in "
+            "--labels; give the graded sample file as --labels too"
+        )
+    raise UsageError(
+        f"--ppi {name}: {found.sampled:,} sampled queries carry both a human and a judge "
+        f"label (of {declared:,} declared; left out: "
+        + (", ".join(f"{r} {c:,}" for r, c in found.dropped.items()) or "none")
+        + f"); an estimate needs at least {MIN_SAMPLED}"
     )
 
 
@@ -258,8 +314,8 @@ def ppi_of(
     judged = set(judge_ids)
     humans = set(human_rows)
     dropped = {
-        "no trace scored with judge labels": sum(1 for q in sample.query_ids if q not in judged),
-        "no human label yet": sum(1 for q in sample.query_ids if q in judged and q not in humans),
+        NO_JUDGE_VALUE: sum(1 for q in sample.query_ids if q not in judged),
+        NO_HUMAN_LABEL: sum(1 for q in sample.query_ids if q in judged and q not in humans),
     }
     labeled = np.asarray(labeled_rows, dtype=np.int64)
     human_at = np.asarray(human_index, dtype=np.int64)
@@ -273,7 +329,7 @@ def ppi_of(
                 _estimates(SegmentKey(path, value), judge, human, labeled, human_at, members)
             )
     notes = []
-    if dropped["no human label yet"]:
+    if dropped[NO_HUMAN_LABEL]:
         notes.append(
             f"{dropped['no human label yet']:,} sampled queries have no human label yet: the "
             "estimate is unbiased only if those left ungraded are no different from the rest; "
@@ -433,7 +489,8 @@ def compare_ppi(
         kind_settings = dataclasses.replace(
             settings, label_source=kind, empty_relevant="zero", resamples=0
         )
-        return evaluate(source(), metrics, settings=kind_settings, **common)
+        with _said_for_ppi(reading, kind):
+            return evaluate(source(), metrics, settings=kind_settings, **common)
 
     base = {kind: scored(baseline[1], kind) for kind in ("judge", "human")}
     base_rows = {kind: _first_rows(evaluation) for kind, evaluation in base.items()}

@@ -6,7 +6,12 @@ and no secret reaches any output or file. Then the judge's labels in ``eval`` th
 from __future__ import annotations
 
 import json
+import os
+import socket
+import threading
+import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -198,3 +203,126 @@ def test_label_source_chooses_which_labels_eval_uses(
     # Both: a human's grade wins over the judge's for the same pair.
     assert precision_at_4() == (0.75, {"human": 12, "judge": 0})
     assert precision_at_4("--label-source", "all") == (0.75, {"human": 12, "judge": 0})
+
+
+# --- what an attack review found ---------------------------------------------------------------
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    """Answers 200, then a body without end (``/flood``) or a byte now and then (``/drip``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 20:
+                piece = b"x" * 65536 if self.path.startswith("/flood") else b" "
+                self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                self.wfile.flush()
+                if self.path.startswith("/drip"):
+                    time.sleep(0.2)
+        except OSError:
+            pass  # the client gave up, as it should
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile() -> Any:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("flood", "malformed response"), ("drip", "timeout")])
+def test_an_endless_or_dripping_body_fails_its_pair_without_holding_the_run(
+    capsys: pytest.CaptureFixture[str],
+    corpus: dict[str, Path],
+    hostile: str,
+    mode: str,
+    reason: str,
+) -> None:
+    started = time.monotonic()
+    result = _run(capsys, "labels", "judge", corpus["traces"], "--docs", corpus["docs"],
+                  "--endpoint", f"{hostile}/{mode}/v1", "--model", "m1", "--budget", "2",
+                  "--timeout", "0.5", "--max-retries", "0", "-o", "judge.jsonl", "--no-progress",
+                  "--no-config")  # fmt: skip
+    assert time.monotonic() - started < 15
+    assert result.code == 2
+    assert f"{reason} 2" in result.err and "graded no pair" in result.err
+
+
+def test_an_outage_leaves_the_earlier_file_as_it_was(
+    capsys: pytest.CaptureFixture[str], corpus: dict[str, Path]
+) -> None:
+    earlier = Path("judge.jsonl")
+    earlier.write_text('{"query_id": "q0", "document_id": "d00", "grade": 3}\n')
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = _run(capsys, "labels", "judge", corpus["traces"], "--docs", corpus["docs"],
+                  "--endpoint", f"http://127.0.0.1:{port}/v1", "--model", "m1",
+                  "--max-retries", "0", "-o", earlier, "--no-progress", "--no-config")  # fmt: skip
+    assert result.code == 2 and "was left as it was" in result.err
+    assert earlier.read_text() == '{"query_id": "q0", "document_id": "d00", "grade": 3}\n'
+
+
+def test_a_key_that_is_no_header_value_is_one_line_and_never_shown(
+    capsys: pytest.CaptureFixture[str],
+    corpus: dict[str, Path],
+    fake_openai: StartFake,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-Secret\nX-Evil: 1")
+    result = _judge(capsys, corpus, fake_openai(TRUTH))
+    assert result.code == 2
+    [line] = result.err.strip().splitlines()
+    assert "not a valid HTTP header value" in line and KEY_ENV in line
+    assert "sk-Secret" not in result.err + result.out
+
+
+def test_the_output_is_written_through_a_link_with_the_usual_mode(
+    capsys: pytest.CaptureFixture[str], corpus: dict[str, Path], fake_openai: StartFake
+) -> None:
+    Path("real.jsonl").write_text("")
+    Path("link.jsonl").symlink_to("real.jsonl")
+    fake = fake_openai(TRUTH)
+    result = _run(capsys, "labels", "judge", corpus["traces"], "--docs", corpus["docs"],
+                  "--endpoint", fake.base_url, "--model", "m1", "-o", "link.jsonl",
+                  "--no-progress", "--no-config")  # fmt: skip
+    assert result.code == 0, result.err
+    assert Path("link.jsonl").is_symlink()
+    assert len(Path("real.jsonl").read_text().splitlines()) == 12
+    fresh = _run(capsys, "labels", "judge", corpus["traces"], "--docs", corpus["docs"],
+                 "--endpoint", fake.base_url, "--model", "m1", "-o", "new.jsonl",
+                 "--no-progress", "--no-config")  # fmt: skip
+    assert fresh.code == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert Path("new.jsonl").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_blank_texts_are_not_sent_and_conflicting_documents_are_refused(
+    capsys: pytest.CaptureFixture[str], corpus: dict[str, Path], fake_openai: StartFake
+) -> None:
+    fake = fake_openai(TRUTH)
+    docs = [{"doc_id": key, "text": "" if key == "d00" else text} for key, text in DOCS.items()]
+    _write(corpus["docs"], docs)
+    result = _judge(capsys, corpus, fake)
+    assert result.code == 0, result.err
+    assert "no document text 1" in result.out and fake.count == 11
+    _write(corpus["docs"], [*docs, {"doc_id": "d01", "text": "another text"}])
+    refused = _judge(capsys, corpus, fake)
+    assert refused.code == 2 and "listed again with another text" in refused.err

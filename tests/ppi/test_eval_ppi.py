@@ -222,3 +222,67 @@ def test_compare_reports_the_prediction_powered_delta(
     for kind in ("judge_only", "human_only", "ppi"):
         for key in ("mean", "low", "high", "p_value"):
             assert row[kind][key] == pytest.approx(getattr(getattr(expected, kind), key), abs=1e-12)
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *args: Any) -> str:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main([str(arg) for arg in args])
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert captured.out == ""
+    return line
+
+
+def test_a_sample_the_labels_do_not_reach_is_an_error_not_a_verdict(
+    capsys: pytest.CaptureFixture[str], world: dict[str, Any]
+) -> None:
+    traces, human, judge = world["traces"], world["human"], world["judge"]
+    records = [json.loads(line) for line in human.read_text().splitlines()]
+    sampled = set(world["sample"])
+    # The judge graded none of the sampled queries (run with the graded sample as --labels).
+    others = _write(world["folder"] / "judge_others.jsonl", [
+        json.loads(line) for line in judge.read_text().splitlines()
+        if json.loads(line)["query_id"] not in sampled
+    ])  # fmt: skip
+    line = _refused(capsys, "eval", traces, "--labels", human, "--labels", others, "--ppi", human,
+                    "-m", METRIC, "--no-config", "--no-progress")  # fmt: skip
+    assert "the judge graded none of the 30 sampled queries" in line
+    # The graded sample is not among --labels.
+    line = _refused(capsys, "eval", traces, "--labels", judge, "--ppi", human, "-m", METRIC,
+                    "--no-config", "--no-progress")  # fmt: skip
+    assert "hold no human label; give the graded sample file as --labels too" in line
+    # Three graded queries: an interval from three differences could have no width at all.
+    three = set(world["sample"][:3])
+    few = _write(world["folder"] / "few.jsonl", [
+        {**record, "grade": None} if record["query_id"] not in three else record
+        for record in records
+    ])  # fmt: skip
+    line = _refused(capsys, "eval", traces, "--labels", few, "--labels", judge, "--ppi", few,
+                    "-m", METRIC, "--no-config", "--no-progress")  # fmt: skip
+    assert "3 sampled queries carry both" in line and "at least 10" in line
+
+
+def test_fewer_sampled_queries_than_min_queries_leave_the_gate_undecided(
+    capsys: pytest.CaptureFixture[str], world: dict[str, Any]
+) -> None:
+    code, out, err = _eval(capsys, world, "-g", f"{METRIC}>=0.0", "--min-queries", "31")
+    assert code == 0, err
+    assert "insufficient data" in out and "overall" in out
+    code, out, err = _eval(capsys, world, "-g", f"{METRIC}>=0.0", "--min-queries", "31",
+                           "--strict-segments")  # fmt: skip
+    assert code == 1
+
+
+def test_a_label_source_none_of_the_labels_has_is_an_error(
+    capsys: pytest.CaptureFixture[str], world: dict[str, Any]
+) -> None:
+    line = _refused(capsys, "eval", world["traces"], "--labels", world["human"],
+                    "--label-source", "judge", "--no-config")  # fmt: skip
+    assert "none of the labels in" in line and "is a model judge's" in line
+    copy = world["folder"] / "copy.jsonl"
+    copy.write_bytes(world["traces"].read_bytes())
+    line = _refused(capsys, "compare", world["traces"], copy, "--labels",
+                    world["judge"], "--label-source", "human", "--no-config")  # fmt: skip
+    assert "is a human's" in line

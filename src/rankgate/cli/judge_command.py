@@ -33,7 +33,7 @@ from rankgate.judge_cache import JudgeCache
 from rankgate.judge_client import JudgeItem, JudgeRun, JudgeSettings, judge_pairs, masked_endpoint
 from rankgate.judge_prompt import PROMPT_VERSION
 from rankgate.labels import JUDGE_SOURCE_PREFIX
-from rankgate.report.console import counted
+from rankgate.report.console import counted, shown_query_id
 from rankgate.store import is_store_url
 
 __all__ = ["add_parser", "judge_source", "read_documents", "run"]
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     items: list[JudgeItem] = []
     missing: dict[str, int] = {}
     for pair in todo.pairs:
-        if not pair.query_text:
+        if not isinstance(pair.query_text, str) or not pair.query_text.strip():
             missing[NO_QUERY_TEXT] = missing.get(NO_QUERY_TEXT, 0) + 1
         elif pair.document_id not in texts:
             missing[NO_DOCUMENT_TEXT] = missing.get(NO_DOCUMENT_TEXT, 0) + 1
@@ -239,15 +239,17 @@ def run(args: argparse.Namespace) -> int:
         for result in judged.results
         if result.grade is not None
     ]
-    _write_jsonl(records, args.output)
-    summary = _summary(judged, missing, len(todo.pairs), args, len(records))
-    (sys.stderr if args.output == "-" else sys.stdout).write(summary)
+    to = sys.stderr if args.output == "-" else sys.stdout
     if items and not records:
+        # An outage must not empty the file an earlier run wrote: nothing is written.
+        to.write(_summary(judged, missing, len(todo.pairs), args, None))
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in judged.failures.items())
         raise UsageError(
             f"the judge at {masked_endpoint(args.endpoint)} graded no pair ({reasons}); "
-            "nothing was written but an empty file"
+            f"{shown(args.output)} was left as it was"
         )
+    _write_jsonl(records, args.output)
+    to.write(_summary(judged, missing, len(todo.pairs), args, len(records)))
     return EXIT_OK
 
 
@@ -266,8 +268,13 @@ def _nothing_to_send(missing: dict[str, int], docs_given: bool) -> str:
 
 
 def _summary(
-    judged: JudgeRun, missing: dict[str, int], pooled: int, args: argparse.Namespace, written: int
+    judged: JudgeRun,
+    missing: dict[str, int],
+    pooled: int,
+    args: argparse.Namespace,
+    written: int | None,
 ) -> str:
+    """What the run did and cost; ``written``: the labels written (None: none were)."""
     lines = [
         f"{counted(pooled, 'pair')} pooled: {judged.judged:,} graded by {args.model} at "
         f"{masked_endpoint(args.endpoint)}, {judged.cached:,} from the cache, "
@@ -289,9 +296,10 @@ def _summary(
         + _cost(judged, args.price_input, args.price_output),
     ]
     where = "standard output" if args.output == "-" else args.output
-    lines.append(
-        f"wrote {counted(written, 'label')} (source {judge_source(args.model)}) to {where}"
-    )
+    if written is not None:
+        lines.append(
+            f"wrote {counted(written, 'label')} (source {judge_source(args.model)}) to {where}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -335,7 +343,16 @@ def read_documents(path: str | Path, wanted: Iterable[str] | None = None) -> dic
                 f"expected the document's text in one of {', '.join(DOC_TEXT_FIELDS)}",
             )
         title = record.get(TITLE_FIELD)
-        texts[identifier] = f"{title}\n{text}" if isinstance(title, str) and title else text
+        if not text.strip():
+            continue  # no text to judge: the pair is counted as without one
+        full = f"{title}\n{text}" if isinstance(title, str) and title.strip() else text
+        if texts.setdefault(identifier, full) != full:
+            raise InputError(
+                raw.location,
+                DOC_ID_FIELDS[0],
+                f"document {shown_query_id(identifier)} is listed again with another text; "
+                "which one should the judge read?",
+            )
     return texts
 
 
@@ -364,7 +381,7 @@ def trace_documents(
                 )
             for identifier, text in zip(ids, found, strict=True):
                 key = str(identifier) if isinstance(identifier, int) else identifier
-                if isinstance(key, str) and key in keep and isinstance(text, str):
+                if isinstance(key, str) and key in keep and isinstance(text, str) and text.strip():
                     texts.setdefault(key, text)
     return texts
 
@@ -373,14 +390,21 @@ def trace_documents(
 
 
 def _check_writable(output: str, inputs: Sequence[str]) -> None:
+    """Before any request is paid for: the output is no input, and can be written."""
     if output == "-":
         return
     target = Path(output).resolve()
     for text in inputs:
         if "://" not in str(text) and text != "-" and Path(text).resolve() == target:
             raise UsageError(f"--output {shown(output)} is also an input; write to a new file")
+    if target.is_dir():
+        raise UsageError(f"--output {shown(output)} is a directory; name a file")
     if not target.parent.is_dir():
         raise UsageError(f"--output {shown(output)}: no directory {target.parent}")
+    if target.exists() and not target.is_file():
+        return  # a FIFO or a device: written as it is, in _write_jsonl
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {shown(output)}: cannot write in {target.parent}")
 
 
 def _write_jsonl(records: list[dict[str, Any]], output: str) -> None:
@@ -389,14 +413,36 @@ def _write_jsonl(records: list[dict[str, Any]], output: str) -> None:
     if output == "-":
         sys.stdout.write(text)
         return
-    target = Path(output)
-    # Written beside the target and renamed over it: a killed run leaves the old file or the new
-    # one, never half of one.
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    # Through a symbolic link to its target, as any writer would.
+    target = Path(output).resolve()
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        if target.exists() and not target.is_file():
+            # A FIFO or a device (/dev/stdout, a named pipe): written to, never replaced.
+            with target.open("w", encoding="utf-8") as stream:
+                stream.write(text)
+            return
+        # Written beside the target and renamed over it: a killed run leaves the old file or the
+        # new one, never half of one. The new file gets the mode a plain open would give it.
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                stream.write(text)
+            os.chmod(temporary, _created_mode(target))
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+    except OSError as problem:
+        raise UsageError(
+            f"--output {shown(output)}: cannot write it ({problem.strerror or problem})"
+        ) from None
+
+
+def _created_mode(target: Path) -> int:
+    """The existing file's mode, else 0o666 less the umask (read without changing it for long:
+    os.umask is the only way to read it)."""
+    if target.exists():
+        return target.stat().st_mode & 0o7777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask

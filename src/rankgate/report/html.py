@@ -692,6 +692,12 @@ def _coverage_section(evaluation: Evaluation) -> str:
         ]
     if evaluation.settings.served_k is not None:
         items.append(("served_k (results users see)", f"{evaluation.settings.served_k:,}"))
+    if summary.label_sources.get("judge") or evaluation.settings.label_source != "all":
+        items += [
+            (f"human labels kept apart ({evaluation.settings.label_source})",
+             f"{summary.label_sources.get('human', 0):,}"),
+            ("judge labels kept apart", f"{summary.label_sources.get('judge', 0):,}"),
+        ]  # fmt: skip
     if evaluation.settings.label_filter.active:
         items += [
             ("labels removed: not in corpus", f"{summary.labels_removed_stale:,}"),
