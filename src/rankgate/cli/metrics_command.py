@@ -18,7 +18,11 @@ def add_parser(commands: Any) -> None:
         description="List every metric rankgate computes, with formula, parameters and aliases.",
     )
     parser.add_argument(
-        "--format", choices=("text", "markdown", "json"), default="text", dest="listing_format"
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        dest="listing_format",
+        help="text (default), markdown (the table of docs/metrics.md) or json",
     )
     parser.set_defaults(handler=run)
 
