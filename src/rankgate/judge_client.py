@@ -38,23 +38,32 @@ about to be sent: a fully cached run needs no HTTP client at all.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from types import ModuleType
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
-from rankgate.errors import ConfigError, MissingExtraError, UsageError
+from rankgate.errors import ConfigError, UsageError
 from rankgate.judge_cache import CacheKey, JudgeCache, cache_key
+from rankgate.judge_http import (
+    CHAT_PATH,
+    MAX_RETRY_AFTER_SECONDS,
+    Overdue,
+    Pacer,
+    Target,
+    TooLarge,
+    header_safe,
+    import_httpx,
+    post,
+    read_completion,
+    retry_after_seconds,
+)
 from rankgate.judge_prompt import PROMPT_VERSION, JudgeReplyError, judge_messages, parse_grade
 
 if TYPE_CHECKING:
@@ -79,15 +88,9 @@ __all__ = [
 
 #: The longest backoff between two retries of one pair, whatever ``backoff_seconds`` and the
 #: number of retries make of it.
-MAX_BACKOFF_SECONDS = 30.0
-#: The longest ``Retry-After`` honoured: a misconfigured server asking for an hour's pause
-#: should not hang a CI job for an hour.
-MAX_RETRY_AFTER_SECONDS = 120.0
-#: The largest response body read: a chat completion holding a grade is a few hundred bytes.
-MAX_RESPONSE_BYTES = 1 << 20
-#: The most tokens one response may claim to have used; more is not believed (counted as 0).
-MAX_TOKEN_COUNT = 10_000_000
-#: Bounds of the settings that would otherwise overflow a timer or stall a run for good.
+MAX_BACKOFF_SECONDS = (
+    30.0  #: Bounds of the settings that would otherwise overflow a timer or stall a run for good.
+)
 MAX_TIMEOUT_SECONDS = 3600.0
 MIN_REQUESTS_PER_SECOND = 0.01
 
@@ -100,7 +103,6 @@ CONNECTION_ERROR = "connection error"
 REQUEST_ERROR = "request error"
 CANCELLED = "cancelled"
 
-_CHAT_PATH = "/chat/completions"
 _RETRYABLE_4XX = frozenset({408, 429})
 _REFUSED = frozenset({401, 403})
 
@@ -310,22 +312,22 @@ def _outcomes(
     A generator, so the caller writes the cache and reports progress from its own thread while
     the workers go on; closing it early stops the workers.
     """
-    httpx = _import_httpx()
+    httpx = import_httpx()
     api_key = os.environ.get(settings.api_key_env) or None
-    if api_key is not None and not _header_safe(api_key):
+    if api_key is not None and not header_safe(api_key):
         # Never shown: only said to be unusable as a header value.
         raise UsageError(
             f"the API key in ${settings.api_key_env} is not a valid HTTP header value (it holds "
             "a line break, a control character or a non-ASCII character): check how it was set"
         )
-    target = _Target.of(settings.endpoint)
+    target = Target.of(settings.endpoint)
     headers = {"Accept": "application/json", "User-Agent": "rankgate-judge"}
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"
     auth = target.basic_auth if api_key is None else None
     workers = min(settings.concurrency, len(pending))
     stop = threading.Event()
-    session = _Session(settings, target.url, headers, _Pacer(settings.requests_per_second), stop)
+    session = _Session(settings, target.url, headers, Pacer(settings.requests_per_second), stop)
     limits = httpx.Limits(max_connections=workers, max_keepalive_connections=workers)
     with (
         httpx.Client(
@@ -365,7 +367,7 @@ class _Session:
         settings: JudgeSettings,
         url: str,
         headers: dict[str, str],
-        pacer: _Pacer,
+        pacer: Pacer,
         stop: threading.Event,
     ) -> None:
         self.settings = settings
@@ -397,12 +399,12 @@ class _Session:
             requests += 1
             retry_after: float | None = None
             try:
-                status, headers, content = _post(
+                status, headers, content = post(
                     client, self.url, body, self.headers, settings.timeout_seconds
                 )
-            except (httpx.TimeoutException, _Overdue):
+            except (httpx.TimeoutException, Overdue):
                 failure = TIMEOUT
-            except _TooLarge:
+            except TooLarge:
                 # A reply this size is no grade: the endpoint is broken or hostile.
                 return outcome(None, MALFORMED_RESPONSE)
             except httpx.TransportError:
@@ -415,7 +417,7 @@ class _Session:
                 if status in _REFUSED:
                     raise _Refused(status)
                 if 200 <= status < 300:
-                    reply, used_prompt, used_completion = _read_completion(content)
+                    reply, used_prompt, used_completion = read_completion(content)
                     prompt_tokens += used_prompt
                     completion_tokens += used_completion
                     try:
@@ -434,7 +436,7 @@ class _Session:
                 if status not in _RETRYABLE_4XX and status < 500:
                     return outcome(None, f"HTTP {status}")
                 failure = f"HTTP {status}"
-                retry_after = _retry_after_seconds(headers.get("Retry-After"))
+                retry_after = retry_after_seconds(headers.get("Retry-After"))
             if retries >= settings.max_retries:
                 return outcome(
                     None, failure if retries == 0 else f"{failure} after {retries} retries"
@@ -451,136 +453,6 @@ class _Session:
         return delay * (0.5 + 0.5 * self.jitter.random())
 
 
-class _Pacer:
-    """Spaces requests at least ``1 / requests_per_second`` apart, across all threads.
-
-    Each request reserves the next free slot under a lock and sleeps outside it until its slot;
-    no bursts, so a provider's per-second limit is met even at the first second.
-    """
-
-    def __init__(self, requests_per_second: float | None) -> None:
-        self.interval = 1.0 / requests_per_second if requests_per_second else 0.0
-        self.next_slot = 0.0
-        self.lock = threading.Lock()
-
-    def wait(self, stop: threading.Event) -> bool:
-        """Sleep until this request's slot; False when ``stop`` was set meanwhile."""
-        if not self.interval:
-            return True
-        with self.lock:
-            now = time.monotonic()
-            slot = max(now, self.next_slot)
-            self.next_slot = slot + self.interval
-        delay = slot - now
-        return not (delay > 0 and stop.wait(delay))
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """The request URL (no user-info) and the basic-auth pair taken out of it, if any."""
-
-    url: str
-    basic_auth: tuple[str, str] | None
-
-    @classmethod
-    def of(cls, endpoint: str) -> _Target:
-        parts = urlsplit(endpoint.strip())
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = host if parts.port is None else f"{host}:{parts.port}"
-        path = parts.path.rstrip("/") + _CHAT_PATH
-        url = urlunsplit((parts.scheme.lower(), netloc, path, parts.query, ""))
-        auth = None
-        if parts.username is not None or parts.password is not None:
-            auth = (unquote(parts.username or ""), unquote(parts.password or ""))
-        return cls(url, auth)
-
-
-class _TooLarge(Exception):
-    """A response body past ``MAX_RESPONSE_BYTES``."""
-
-
-class _Overdue(Exception):
-    """A response still arriving past the request's deadline (a server dripping bytes)."""
-
-
-def _post(
-    client: httpx.Client, url: str, body: dict[str, object], headers: dict[str, str], timeout: float
-) -> tuple[int, Mapping[str, str], bytes]:
-    """One request: its status, headers and body, read as a stream so that neither a body without
-    end (nor one that inflates, gzip) nor a server sending a byte now and then can hold the run:
-    httpx's timeouts bound each read, this bounds the size and the whole request
-    (``timeout * 2``: connecting and sending, then receiving)."""
-    deadline = time.monotonic() + 2 * timeout
-    with client.stream("POST", url, json=body, headers=headers) as response:
-        received = bytearray()
-        for chunk in response.iter_bytes():  # decoded: the cap counts inflated bytes
-            received += chunk
-            if len(received) > MAX_RESPONSE_BYTES:
-                raise _TooLarge
-            if time.monotonic() > deadline:
-                raise _Overdue
-        # httpx's Headers, which look names up regardless of case (a dict of them would not).
-        return response.status_code, response.headers, bytes(received)
-
-
-def _read_completion(raw: bytes) -> tuple[str | None, int, int]:
-    """The first choice's message content (None when the body is not a chat completion) and the
-    usage's prompt and completion tokens (0 where absent)."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None, 0, 0
-    if not isinstance(body, dict):
-        return None, 0, 0
-    usage = body.get("usage")
-    prompt_tokens = completion_tokens = 0
-    if isinstance(usage, dict):
-        prompt_tokens = _token_count(usage.get("prompt_tokens"))
-        completion_tokens = _token_count(usage.get("completion_tokens"))
-    content: str | None = None
-    choices = body.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message")
-        if isinstance(message, dict) and isinstance(message.get("content"), str):
-            content = message["content"]
-    return content, prompt_tokens, completion_tokens
-
-
-def _token_count(value: object) -> int:
-    """A usage count as reported, or 0 when it is not a plausible one (a hostile endpoint may
-    claim any number; the cache stores 64-bit integers)."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKEN_COUNT:
-        return value
-    return 0
-
-
-def _retry_after_seconds(header: str | None) -> float | None:
-    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), capped at
-    ``MAX_RETRY_AFTER_SECONDS``; None when absent or unreadable."""
-    if header is None:
-        return None
-    text = header.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    if not math.isfinite(seconds):
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
-
-
-def _header_safe(value: str) -> bool:
-    return value.isascii() and all(32 <= ord(character) < 127 for character in value)
-
-
 def _refusal_message(settings: JudgeSettings, status: int, key_sent: bool) -> str:
     shown = masked_endpoint(settings.endpoint)
     if key_sent:
@@ -592,18 +464,6 @@ def _refusal_message(settings: JudgeSettings, status: int, key_sent: bool) -> st
         f"the judge endpoint {shown} refused the request (HTTP {status}): no API key was sent; "
         f"set ${settings.api_key_env}"
     )
-
-
-def _import_httpx() -> ModuleType:
-    # Not evaluate.require_extra: that names the extra after the package (httpx), and
-    # this extra is named after the feature.
-    try:
-        import httpx
-    except ImportError:
-        raise MissingExtraError(
-            "rankgate labels judge needs httpx: pip install 'rankgate[judge]'"
-        ) from None
-    return httpx
 
 
 def _check_endpoint(endpoint: object) -> None:
@@ -621,10 +481,10 @@ def _check_endpoint(endpoint: object) -> None:
             f"judge endpoint {shown}: expected an http:// or https:// URL such as "
             "http://localhost:8000/v1"
         )
-    if parts.path.rstrip("/").endswith(_CHAT_PATH):
+    if parts.path.rstrip("/").endswith(CHAT_PATH):
         raise ConfigError(
             f"judge endpoint {shown}: give the base URL (ending in /v1 or similar); "
-            f"{_CHAT_PATH} is appended"
+            f"{CHAT_PATH} is appended"
         )
 
 

@@ -20,13 +20,12 @@ from fake_openai import KEY_ENV, Scripted, StartFake
 from rankgate.errors import ConfigError, MissingExtraError, UsageError
 from rankgate.judge_cache import JudgeCache
 from rankgate.judge_client import (
-    MAX_RETRY_AFTER_SECONDS,
     JudgeItem,
     JudgeSettings,
-    _retry_after_seconds,
     judge_pairs,
     masked_endpoint,
 )
+from rankgate.judge_http import MAX_RETRY_AFTER_SECONDS, retry_after_seconds
 from rankgate.judge_prompt import (
     MAX_PASSAGE_CHARS,
     PROMPT_TEXT,
@@ -376,7 +375,7 @@ def test_retry_after_is_honoured_on_429(fake_openai: StartFake) -> None:
     ],
 )
 def test_retry_after_header_values(header: str | None, seconds: float | None) -> None:
-    assert _retry_after_seconds(header) == seconds
+    assert retry_after_seconds(header) == seconds
 
 
 def test_settings_are_validated() -> None:
