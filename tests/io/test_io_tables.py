@@ -108,6 +108,31 @@ def test_parquet_json_text_grades_that_are_not_json(tmp_path):
     assert error.problem.startswith("text is not valid JSON")
 
 
+def test_parquet_json_text_grades_keyed_by_a_lone_surrogate_score_as_in_json_lines(tmp_path):
+    # A JSON escape can spell a lone surrogate, which Arrow text cannot hold: the row goes to the
+    # validator, as the same record in a JSON Lines file does, never to an internal error.
+    grades = {"\ud800": 1, "d1": 2}
+    pq.write_table(
+        pa.table(
+            {
+                "query_id": ["q1"],
+                "retrieved_ids": [["d1"]],
+                "relevance_scores": [json.dumps(grades)],
+            }
+        ),
+        tmp_path / "t.parquet",
+    )
+    lines = tmp_path / "t.jsonl"
+    lines.write_text(
+        json.dumps({"query_id": "q1", "retrieved_ids": ["d1"], "relevance_scores": grades}) + "\n"
+    )
+    from_parquet = rankgate.evaluate(tmp_path / "t.parquet", ["ndcg@10", "p@1"])
+    from_lines = rankgate.evaluate(lines, ["ndcg@10", "p@1"])
+    assert from_parquet.summary == from_lines.summary
+    assert from_parquet.means == from_lines.means
+    assert from_parquet.summary.scored == 1
+
+
 def test_parquet_null_element_in_a_list_is_refused(tmp_path):
     path = write_parquet(tmp_path / "t.parquet", {"retrieved_ids": [["d1", None]]})
     error = first_error(path)

@@ -230,15 +230,21 @@ def test_stores_equal_the_definitions(
 
 def _without_query_set(evaluation: Any, where: str) -> Any:
     """The evaluation as a file with inline labels gives it: labels kept apart (a label file, a
-    store read whole) name the query set, which inline labels do not. Every labeled query here
-    has its trace, so none may be missing."""
+    store read whole) name the query set and count their labels by kind, which inline labels do
+    not. Every labeled query here has its trace, so none may be missing; every label is a
+    human's."""
     summary = evaluation.summary
     assert summary.missing_trace == 0, where
-    if summary.query_set is None:
+    assert summary.label_sources.get("judge", 0) == 0, where
+    if summary.query_set is None and not summary.label_sources:
         return evaluation
-    assert summary.expected_queries is not None and summary.expected_queries >= 0, where
+    if summary.query_set is not None:
+        assert summary.expected_queries is not None and summary.expected_queries >= 0, where
     return dataclasses.replace(
-        evaluation, summary=dataclasses.replace(summary, query_set=None, expected_queries=None)
+        evaluation,
+        summary=dataclasses.replace(
+            summary, query_set=None, expected_queries=None, label_sources={}
+        ),
     )
 
 

@@ -176,7 +176,11 @@ def json_text_as_map(texts: Any, slow: npt.NDArray[np.bool_]) -> tuple[Any, npt.
         declared[row] = len(value)
         numbers = list(value.values())
         # ``type(...) in`` and not isinstance: a boolean is an int to isinstance.
-        if "" in value or not all(type(number) in number_types for number in numbers):
+        if (
+            "" in value
+            or not all(type(number) in number_types for number in numbers)
+            or not all(_arrow_text(key) for key in value)
+        ):
             slow[row] = True
             continue
         try:
@@ -198,6 +202,18 @@ def json_text_as_map(texts: Any, slow: npt.NDArray[np.bool_]) -> tuple[Any, npt.
         mask=texts.is_null(),
     )
     return as_map, declared
+
+
+def _arrow_text(key: str) -> bool:
+    """Whether a decoded key can be Arrow text: a JSON escape can spell a lone surrogate, which
+    UTF-8 cannot hold. Such a row goes to the validator, which words it."""
+    if key.isascii():
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def entries(lists: Any) -> npt.NDArray[np.int64]:
