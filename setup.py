@@ -14,12 +14,20 @@ setup(
         Extension(
             "rankgate._join",
             sources=["src/rankgate/_join.c"],
+            depends=["src/rankgate/_arrow_offsets.h"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
+        Extension(
+            "rankgate._cells",
+            sources=["src/rankgate/_cells.c"],
             extra_compile_args=_FLAGS,
             optional=True,
         ),
         Extension(
             "rankgate._jsonl",
             sources=["src/rankgate/_jsonl.c"],
+            depends=["src/rankgate/_arrow_offsets.h"],
             extra_compile_args=_FLAGS,
             optional=True,
         ),

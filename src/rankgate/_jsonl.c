@@ -27,6 +27,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_arrow_offsets.h"
 #include <pythread.h>
 
 #include <float.h>
@@ -1440,6 +1442,90 @@ done:
     return result;
 }
 
+/* One value that must be a JSON array of IDs and nothing else (a store's ranking column). */
+static int parse_ranking(Parser *P, const uint8_t *p, const uint8_t *end) {
+    P->qid_valid = P->rel_valid = P->scores_valid = 0;
+    P->labels = 0;
+    p = skip_space(p, end);
+    if (p >= end || *p != '[') return SLOW; /* json.loads of anything else is not a ranking */
+    uint8_t unused = 0;
+    size_t ids = 0;
+    int rc = parse_id_list(&P->retrieved, &p, end, 0, &unused, &ids, MAX_IDS_PER_RANKING);
+    if (rc != PARSED) return rc;
+    return skip_space(p, end) == end ? PARSED : SLOW; /* "Extra data" in Python */
+}
+
+/* Every value data[offsets[i]..offsets[i+1]) of an Arrow string column, one row each. */
+static int parse_values(Parser *P, const uint8_t *data, const uint8_t *offsets, size_t count,
+                        int wide) {
+    for (size_t i = 0; i < count; i++) {
+        int64_t start = arrow_offset(offsets, wide, (int64_t)i);
+        int64_t stop = arrow_offset(offsets, wide, (int64_t)i + 1);
+        Mark m;
+        mark(P, &m);
+        int rc = parse_ranking(P, data + start, data + stop);
+        if (rc == NO_MEMORY) return -1;
+        if (rc != PARSED) roll_back(P, &m);
+        if (commit_row(P, rc == PARSED ? 0 : 1, i, (size_t)start, (size_t)stop) < 0) return -1;
+    }
+    return 0;
+}
+
+/* parse_rankings(data, offsets, count, wide): each of the count values of an Arrow string column
+ * (data and offsets its buffers, 64-bit offsets when wide) is a ranking written as JSON text: the
+ * same columns as parse, with only the ranking filled. A value that is not exactly one array of
+ * IDs (damaged text, something after the array) is a slow row, for the validator to word. */
+static PyObject *parse_rankings(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *data_obj, *offsets_obj;
+    Py_ssize_t count;
+    int wide;
+    if (!PyArg_ParseTuple(args, "OOnp:parse_rankings", &data_obj, &offsets_obj, &count, &wide))
+        return NULL;
+    Parser P;
+    memset(&P, 0, sizeof P);
+    PyObject *result = NULL;
+    Py_buffer data, offsets;
+    int have_data = 0, have_offsets = 0;
+    P.seen = calloc(FIELD_COUNT + 2, 1);
+    if (!P.seen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (parser_start(&P) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) goto done;
+    have_data = 1;
+    if (PyObject_GetBuffer(offsets_obj, &offsets, PyBUF_SIMPLE) < 0) goto done;
+    have_offsets = 1;
+    size_t width = wide ? 8 : 4;
+    if (count < 0 || (size_t)offsets.len < ((size_t)count + 1) * width) {
+        PyErr_SetString(PyExc_ValueError, "offsets are shorter than count + 1");
+        goto done;
+    }
+    if (!arrow_offsets_inside(offsets.buf, wide, count, data.len)) {
+        PyErr_SetString(PyExc_ValueError, "an offset is outside the data");
+        goto done;
+    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = parse_values(&P, (const uint8_t *)data.buf, (const uint8_t *)offsets.buf,
+                          (size_t)count, wide) < 0;
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = build_result(&P);
+done:
+    if (have_data) PyBuffer_Release(&data);
+    if (have_offsets) PyBuffer_Release(&offsets);
+    parser_free(&P);
+    return result;
+}
+
 PyDoc_STRVAR(parse_doc,
              "parse(data, fields, segment_fields) -> dict\n\n"
              "Trace columns, in Arrow layout, from the JSON Lines in a bytes-like object.\n"
@@ -1480,6 +1566,9 @@ static PyObject *pooled(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"parse", parse, METH_VARARGS, parse_doc},
+    {"parse_rankings", parse_rankings, METH_VARARGS,
+     "parse_rankings(data, offsets, count, wide) -> dict: rankings as JSON text, as parse's "
+     "columns."},
     {"release", release, METH_NOARGS,
      PyDoc_STR("release() -> int\n\nFree the spare output buffers kept for the next parse.")},
     {"pooled", pooled, METH_NOARGS,

@@ -23,6 +23,11 @@
 # directly and keep it alive. bytes(block) copies it. A Block's memory goes back to a pool of
 # spare buffers when it is freed (at most POOL_LIMIT_BYTES), and the next parse reuses it.
 #
+# parse_rankings(data, offsets, count, wide) reads each of the `count` values of an Arrow string
+# column (`data` and `offsets` its buffers, 64-bit offsets when `wide`) as a ranking in JSON text:
+# one row per value, with the same keys as parse's result (only the ranking filled; "line_index" is
+# the value's position). A value that is not exactly one JSON array of IDs is a slow row.
+#
 # release() frees the pool's spare buffers and returns the bytes freed; pooled() gives the bytes
 # and the number of buffers it holds.
 from typing import final
@@ -40,4 +45,7 @@ def release() -> int: ...
 def pooled() -> tuple[int, int]: ...
 def parse(
     data: Buffer, fields: tuple[str, str, str, str], segment_fields: tuple[str, ...], /
+) -> dict[str, object]: ...
+def parse_rankings(
+    data: Buffer, offsets: Buffer, count: int, wide: bool, /
 ) -> dict[str, object]: ...

@@ -35,6 +35,7 @@ __all__ = [
     "IdColumns",
     "Joined",
     "available",
+    "compiled_string_hashes",
     "join",
     "numpy_of",
     "score",
@@ -64,6 +65,29 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Flags = npt.NDArray[np.uint8]
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
+
+
+def compiled_string_hashes(strings: Any) -> npt.NDArray[np.uint64] | None:
+    """The hash ``store.columns.string_hashes`` defines, of each string of an Arrow string
+    column, computed in C; None without the extension (the caller computes it with numpy)."""
+    if _join is None:
+        return None
+    import pyarrow as pa
+
+    wide = pa.types.is_large_string(strings.type)
+    if not (wide or pa.types.is_string(strings.type)):
+        strings = strings.cast(pa.large_string())
+        wide = True
+    count = len(strings)
+    hashes = np.empty(count, dtype=np.uint64)
+    if not count:
+        return hashes
+    width = 8 if wide else 4
+    buffers = strings.buffers()
+    offsets = memoryview(buffers[1])[strings.offset * width : (strings.offset + count + 1) * width]
+    data = buffers[2] if buffers[2] is not None else b""
+    _join.hash_strings(offsets, data, count, wide, hashes)
+    return hashes
 
 
 def available() -> bool:

@@ -183,7 +183,8 @@ def _arrow_chunks(
                 if not slow.shape:
                     slow = np.zeros(batch.num_rows, dtype=np.bool_)
             else:
-                table, slow = _normalised(batch, fields, segment_fields)
+                verified: frozenset[str] = getattr(source, "verified_columns", frozenset())
+                table, slow = _normalised(batch, fields, segment_fields, verified)
             present = {
                 name: (
                     numpy_of(batch.column(name).is_valid()) | slow
@@ -314,9 +315,16 @@ def _columnar_schema(schema: Any, fields: FieldMap, segment_fields: Sequence[str
 
 
 def _normalised(
-    batch: Any, fields: FieldMap, segment_fields: Sequence[str]
+    batch: Any,
+    fields: FieldMap,
+    segment_fields: Sequence[str],
+    verified: frozenset[str] = frozenset(),
 ) -> tuple[Any, npt.NDArray[np.bool_]]:
-    """A record batch in the normalised columns, and the rows the validator must read."""
+    """A record batch in the normalised columns, and the rows the validator must read.
+
+    ``verified``: columns whose text the compiled scanner wrote (valid UTF-8, no ID past
+    ``MAX_ID_BYTES``, no more IDs than ``MAX_IDS_PER_RANKING``): those checks are not repeated
+    over them (a store's source names them: ``StoreSource.verified_columns``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -327,7 +335,7 @@ def _normalised(
     def column(name: str) -> Any:
         return batch.column(name) if name in names else None
 
-    def id_list(array: Any, required: bool) -> Any:
+    def id_list(array: Any, required: bool, name: str) -> Any:
         if not (
             pa.types.is_string(array.type.value_type)
             or pa.types.is_large_string(array.type.value_type)
@@ -335,14 +343,16 @@ def _normalised(
             array = array.cast(pa.large_list(pa.large_string()))
         if required and array.null_count:
             slow[~numpy_of(array.is_valid())] = True
-        _mark_bad_items(array, array.values, slow)
+        if name not in verified:
+            _mark_bad_items(array, array.values, slow)
         return array
 
-    retrieved = id_list(column(fields.retrieved_ids), required=True)
-    slow |= entries(retrieved) > limits.MAX_IDS_PER_RANKING
+    retrieved = id_list(column(fields.retrieved_ids), True, fields.retrieved_ids)
+    if fields.retrieved_ids not in verified:
+        slow |= entries(retrieved) > limits.MAX_IDS_PER_RANKING
     relevant = column(fields.relevant_ids)
     if relevant is not None:
-        relevant = id_list(relevant, required=False)
+        relevant = id_list(relevant, False, fields.relevant_ids)
     scores = column(fields.relevance_scores)
     declared = None
     if scores is not None:
@@ -372,7 +382,8 @@ def _normalised(
     else:
         # An empty ID is an error the validator words.
         slow |= numpy_of(pc.fill_null(pc.equal(query_id, ""), False))
-    slow |= _longer_than(query_id, limits.MAX_ID_BYTES) | not_utf8(query_id)
+    if fields.query_id not in verified:
+        slow |= _longer_than(query_id, limits.MAX_ID_BYTES) | not_utf8(query_id)
     # An absent label column stays absent (the join takes None for it).
     columns = {"query_id": query_id, "retrieved_ids": retrieved}
     if relevant is not None:
@@ -387,7 +398,8 @@ def _normalised(
             values = pc.if_else(values, "true", "false").cast(pa.large_string())
         elif not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
             values = values.cast(pa.large_string())
-        slow |= not_utf8(values)
+        if name not in verified:
+            slow |= not_utf8(values)
         columns[SEGMENT_PREFIX + name] = values
     return pa.record_batch(columns), slow
 

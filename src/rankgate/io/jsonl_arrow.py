@@ -27,7 +27,15 @@ try:
 except ImportError:  # built without a C compiler
     _jsonl = None
 
-__all__ = ["ParsedLines", "available", "parse_chunk", "read_chunks", "release", "schema"]
+__all__ = [
+    "ParsedLines",
+    "available",
+    "parse_chunk",
+    "parse_rankings",
+    "read_chunks",
+    "release",
+    "schema",
+]
 
 SEGMENT_PREFIX = "segment:"
 _BOM = b"\xef\xbb\xbf"
@@ -121,6 +129,32 @@ def parse_chunk(
         start=np.frombuffer(out["line_start"], dtype=np.int64),
         end=np.frombuffer(out["line_end"], dtype=np.int64),
     )
+
+
+def parse_rankings(texts: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Each value of ``texts`` (an Arrow string column of JSON arrays, such as a store's
+    ``retrieved_ids``) as a list of IDs, and which rows the scanner left to the validator: a null,
+    or text that is not exactly one array of IDs (the validator words it). The GIL is released
+    while the text is scanned."""
+    if _jsonl is None:
+        raise RuntimeError("rankgate._jsonl was not built; use the Python reader")
+    wide = pa.types.is_large_string(texts.type)
+    if not (wide or pa.types.is_string(texts.type)):
+        raise TypeError(f"expected a string column, not {texts.type}")
+    count = len(texts)
+    width = 8 if wide else 4
+    buffers = texts.buffers()
+    offsets = memoryview(buffers[1])[texts.offset * width : (texts.offset + count + 1) * width]
+    data: Any = buffers[2] if buffers[2] is not None else b""
+    out = _jsonl.parse_rankings(data, offsets, count, wide)
+    rows = int(out["rows"])
+    rankings = _id_lists(
+        rows, None, out["retrieved_lists"], out["retrieved_offsets"], out["retrieved_data"]
+    )
+    slow = np.frombuffer(out["status"], dtype=np.uint8).view(np.bool_).copy()
+    if texts.null_count:
+        slow |= ~np.asarray(texts.is_valid())
+    return rankings, slow
 
 
 def _validity(rows: int, flags: bytes | None) -> tuple[Any, int]:

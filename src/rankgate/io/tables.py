@@ -16,6 +16,7 @@ from typing import IO, Any
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.io import limits
 from rankgate.io.bounded import bounded_lines, cannot_read, open_binary, too_long_problem
+from rankgate.io.cells import grade_map_array, text_list_array
 from rankgate.io.source import GZIP_ERRORS, bytes_done, decompressed
 from rankgate.io.validate import RawRecord
 
@@ -393,14 +394,33 @@ class RecordsSource:
             return None
         import pyarrow as pa
 
-        try:
-            # From every record's keys (``Table.from_pylist`` would take the first record's only).
-            rows = pa.array(records)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        # Column by column, over every record's keys (``Table.from_pylist`` would take the first
+        # record's only): rankings and grades in C (``io.cells``), anything else inferred by Arrow.
+        names = dict.fromkeys(key for record in records for key in record)
+        if not all(type(name) is str for name in names):
             return None
-        if not pa.types.is_struct(rows.type) or not _within_record_limits(rows):
+        arrays = {}
+        for name in names:
+            cells = [record.get(name) for record in records]
+            array = text_list_array(cells) if _has_type(cells, list) else None
+            if array is None and _has_type(cells, dict):
+                array = grade_map_array(cells)
+            if array is None:
+                try:
+                    array = pa.array(cells)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                    return None
+            arrays[name] = array
+        if not names or not _within_record_limits(
+            pa.StructArray.from_arrays(list(arrays.values()), names=list(arrays))
+        ):
             return None
-        return _RecordsTable(self, pa.Table.from_struct_array(rows), records)
+        return _RecordsTable(self, pa.table(arrays), records)
+
+
+def _has_type(cells: list[Any], kind: type) -> bool:
+    """Whether the first cell that is not None is of ``kind`` (the converters check the rest)."""
+    return next((type(cell) for cell in cells if cell is not None), None) is kind
 
 
 def _within_record_limits(rows: Any) -> bool:
@@ -511,7 +531,7 @@ _GRADE_TYPES = frozenset({int, float, type(None)})
 def _with_grade_maps(frame: Any, convert: Callable[[Any], Any]) -> Any:
     """``convert(frame)``, with each object column whose cells are all dicts of text -> number
     (or missing) converted straight to a map column (``int64`` grades when all are whole numbers,
-    else ``float64``).
+    else ``float64``), and each whose cells are all lists of text converted in C (``io.cells``).
 
     ``DataFrame(records)`` holds grades as one dict per row; Arrow's inference makes such a column
     a struct with a field per distinct document ID (cost and memory grow with rows x documents)
@@ -530,11 +550,20 @@ def _with_grade_maps(frame: Any, convert: Callable[[Any], Any]) -> Any:
         if column.dtype != object or not len(column):
             continue
         cells = column.tolist()
-        if not {type(cell) for cell in cells} <= {dict, type(None)}:
+        kinds = {type(cell) for cell in cells}
+        if kinds == {list} or kinds == {list, type(None)}:
+            # Rankings as lists of str: in C, several times faster than pyarrow's builders.
+            ranking = text_list_array(cells)
+            if ranking is not None:
+                maps[name] = ranking
+            continue
+        if not kinds <= {dict, type(None)} or kinds == {type(None)}:
+            continue
+        direct = grade_map_array(cells)
+        if direct is not None:
+            maps[name] = direct
             continue
         present = [cell for cell in cells if cell is not None]
-        if not present:
-            continue
         keys = set(map(type, itertools.chain.from_iterable(present)))
         values = set(map(type, itertools.chain.from_iterable(map(dict.values, present))))
         numeric = {kind for kind in values if issubclass(kind, (np.integer, np.floating))}
@@ -547,8 +576,10 @@ def _with_grade_maps(frame: Any, convert: Callable[[Any], Any]) -> Any:
             maps[name] = pa.array(cells, pa.map_(pa.large_string(), grade_type))
         except (pa.ArrowException, OverflowError):
             continue
-    if not maps or len(maps) == len(columns):
+    if not maps:
         return convert(frame)
+    if len(maps) == len(columns):
+        return pa.table({name: maps[name] for name in columns})
     table = convert(frame.drop(columns=list(maps)))
     for name in columns:
         if name in maps:

@@ -5,7 +5,11 @@ The columnar read of a store has three parts, each done where it is cheapest:
 * **The ranking.** PostgreSQL sends ``retrieved_ids`` (``TEXT[]``) in the binary COPY format, and
   the ADBC driver decodes it into an Arrow ``list<string>`` in C: no text rendering on the server
   (``to_json`` of a hundred IDs per row cost more than everything else together) and no JSON to
-  parse. SQLite keeps the ranking as JSON text, which stays in the line below.
+  parse. SQLite keeps the ranking as JSON text, which comes as a column of its own, as stored, and
+  the compiled scanner reads each value as one bare array (``jsonl_arrow.parse_rankings``): text
+  that is anything more or less is the validator's. (Spliced into the line below, the ranking
+  would need SQLite's ``json_valid`` of every row to keep a damaged list from adding a key, which
+  took a third of the read.)
 * **Everything else of the record** (attributes, the store's own columns over them): the database
   writes one short JSON line per trace, in the order ``backends._record`` builds the record, and
   the compiled JSON Lines scanner (``io/jsonl_arrow.py``) decodes the block of lines in bulk, as it
@@ -40,6 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rankgate import fast
 from rankgate.io.validate import FieldMap
 from rankgate.store.backends import StoreError, StoreUnavailable, Window, _sqlite_problem
 from rankgate.store.urls import describe_error
@@ -57,6 +62,8 @@ _UNSURE = "!"  # not JSON: the scanner flags the row slow
 #: Rows per ADBC batch from SQLite (its driver's default is 1024), and the byte size PostgreSQL's
 #: driver aims a batch at: about a chunk of the columnar path either way.
 _SQLITE_BATCH_ROWS = 32_768
+#: Label tables spanning this many rowids or more are read in two halves at once.
+_SPLIT_LABELS_FROM = 1 << 20
 _POSTGRES_BATCH_BYTES = 64 << 20
 
 # SQLite: every column must hold the type the record path expects, and the JSON text must be
@@ -71,19 +78,31 @@ _SQLITE_INSIDE = f"substr({_SQLITE_OBJECT}, 2, length({_SQLITE_OBJECT}) - 2)"
 _SQLITE_LINE = (
     """coalesce(CASE WHEN typeof(t.trace_id) = 'text' AND typeof(t.query_id) = 'text'
  AND typeof(t.recorded_at) = 'text' AND (t.variant IS NULL OR typeof(t.variant) = 'text')
- AND typeof(t.retrieved_ids) = 'text' AND json_valid(t.retrieved_ids)
- AND instr(t.retrieved_ids, char(10)) = 0
+ {ranking_checks}
  AND (t.attributes IS NULL OR t.attributes = ''
       OR (typeof(t.attributes) = 'text' AND json_valid(t.attributes)
           AND instr(t.attributes, char(10)) = 0))
 THEN '{{' || CASE WHEN t.attributes IS NULL OR substr(OBJECT, 1, 1) <> '{{'
       OR trim(INSIDE, SPACE) = '' THEN '' ELSE INSIDE || ',' END
  || '"query_id":' || json_quote(t.query_id) || {trace_id} || {timestamp} || {variant}
- || ',"retrieved_ids":' || t.retrieved_ids || '}}' END, '!') || char(10)""".replace(
+ || ',"retrieved_ids":' || {ranking} || '}}' END, '!') || char(10)""".replace(
         "OBJECT", _SQLITE_OBJECT
     )
     .replace("INSIDE", _SQLITE_INSIDE.replace("{", "{{").replace("}", "}}"))
     .replace("SPACE", _SQLITE_SPACE)
+)
+# The ranking in the line (only when a field map reads another key as the ranking): valid JSON on a
+# line of its own. Otherwise it travels as a column of its own, which the scanner reads as a bare
+# array (``jsonl_arrow.parse_rankings``): no JSON check of a thousand bytes a row in SQL, and no
+# splice to guard.
+_SQLITE_RANKING_IN_LINE = {
+    "ranking": "t.retrieved_ids",
+    "ranking_checks": "AND typeof(t.retrieved_ids) = 'text' AND json_valid(t.retrieved_ids)\n"
+    " AND instr(t.retrieved_ids, char(10)) = 0",
+}
+_SQLITE_RANKING_APART = {"ranking": "'[]'", "ranking_checks": ""}
+_SQLITE_RANKING_COLUMN = (
+    "CASE WHEN typeof(t.retrieved_ids) = 'text' THEN t.retrieved_ids END AS ranking"
 )
 # The store's columns other than the query ID and the ranking, each in the line only when a field
 # or segment reads it by name (the scanner looks at nothing else, and rendering costs time).
@@ -144,12 +163,19 @@ class LabelGroups:
     grades: Any  # pa.MapArray, map<large_string, float64>
     hashes: npt.NDArray[np.uint64]
     order: npt.NDArray[np.int64]
+    #: Whether the groups are in the store's order of query IDs (else in order of appearance).
+    ordered: bool = True
 
     def table(self) -> Any:
-        """The labels as an Arrow table: ``query_id`` and ``relevance_scores``."""
+        """The labels as an Arrow table: ``query_id`` and ``relevance_scores``, one row per query
+        in the store's order of query IDs (SQLite's: their bytes)."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        return pa.table({"query_id": self.query_ids, "relevance_scores": self.grades})
+        table = pa.table({"query_id": self.query_ids, "relevance_scores": self.grades})
+        if self.ordered:
+            return table
+        return table.take(pc.sort_indices(self.query_ids))
 
     def lookup(self, query_ids: Any) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """For each query ID, its group (-1 without labels), and which IDs could not be told
@@ -186,9 +212,12 @@ def string_hashes(strings: Any) -> npt.NDArray[np.uint64]:
     buffers at once; a null hashes like the empty string."""
     import pyarrow as pa
 
+    count = len(strings)
+    compiled = fast.compiled_string_hashes(strings)
+    if compiled is not None:
+        return compiled
     if not pa.types.is_large_string(strings.type):
         strings = strings.cast(pa.large_string())
-    count = len(strings)
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int64)[
         strings.offset : strings.offset + count + 1
     ]
@@ -228,6 +257,7 @@ class StoreReader:
         self.url = url
         self.name = name
         self.dialect = dialect
+        self._path = path
         self._lock_wait = lock_wait
         self._database: Any = None
         self._connection: Any = None
@@ -366,23 +396,71 @@ class StoreReader:
         else:
             params = []
         if self.dialect == "sqlite":
-            # Sorted here, in the order of SQLite's BINARY collation (bytes), in less time than
-            # SQLite takes to walk its index; the server sorts PostgreSQL's, in its collation.
-            import pyarrow.compute as pc
-
-            table = self._fetch_table(sql, params)
-            order = [("query_id", "ascending"), ("document_id", "ascending")]
-            table = table.take(pc.sort_indices(table, order))
+            # In the table's own order (SQLite walks its primary-key index four times slower than
+            # the table), grouped here; the groups are put in the order of SQLite's BINARY
+            # collation (bytes) only when a caller wants them listed (``LabelGroups.table``).
+            table = self._sqlite_labels(sql, params)
         else:
+            # The server sorts PostgreSQL's, in its collation.
             table = self._fetch_table(sql + " ORDER BY query_id, document_id", params)
-        query_ids = table.column(0).combine_chunks().cast(pa.large_string())
+        query_ids = table.column(0)  # encoded as it is, chunks and all (group_labels)
         documents = table.column(1).combine_chunks().cast(pa.large_string())
         grades = table.column(2).combine_chunks().cast(pa.float64())
-        return group_labels(query_ids, documents, grades)
+        return group_labels(query_ids, documents, grades, ordered=self.dialect != "sqlite")
 
-    def _fetch_table(self, sql: str, params: list[Any]) -> Any:
+    def _sqlite_labels(self, sql: str, params: list[Any]) -> Any:
+        """The label rows of ``sql``, in rowid order. A large table is read in two halves by
+        rowid, on this connection and on a second one at once (the driver's conversion of the
+        rows, not SQLite, is most of the time, and it runs in two threads). Both halves come
+        from one state of the table only if no other connection committed while they were read
+        (``PRAGMA data_version``); otherwise it is read again on this connection alone."""
+        import threading
+
+        import pyarrow as pa
+
+        options = {"adbc.sqlite.query.batch_rows": "65536"}
+        ends = self._fetch_table(
+            "SELECT (SELECT min(rowid) FROM rankgate_labels) AS low, "
+            "(SELECT max(rowid) FROM rankgate_labels) AS high",
+            [],
+        ).to_pylist()[0]
+        low, high = ends["low"], ends["high"]
+        if low is None or high - low < _SPLIT_LABELS_FROM:
+            return self._fetch_table(sql, params, options)
+        middle = low + (high - low) // 2
+        before = self._data_version()
+        helper = StoreReader(self.url, self.name, self.dialect, self._path, self._lock_wait)
+        found: dict[str, Any] = {}
+
+        def first_half() -> None:
+            try:
+                found["first"] = helper._fetch_table(
+                    f"{sql} AND rowid <= ?", [*params, middle], options
+                )
+            except BaseException as problem:  # raised in this thread, below
+                found["problem"] = problem
+
+        thread = threading.Thread(target=first_half, name="rankgate-labels-half")
         try:
-            statement, reader = self._query(sql, params)
+            thread.start()
+            second = self._fetch_table(f"{sql} AND rowid > ?", [*params, middle], options)
+        finally:
+            thread.join()
+            helper.close()
+        if "problem" in found:
+            raise found["problem"]
+        if self._data_version() != before:  # a writer committed meanwhile: one state only
+            return self._fetch_table(sql, params, options)
+        return pa.concat_tables([found["first"], second])
+
+    def _data_version(self) -> int:
+        return int(self._fetch_table("PRAGMA data_version", []).column(0)[0].as_py())
+
+    def _fetch_table(
+        self, sql: str, params: list[Any], options: dict[str, str] | None = None
+    ) -> Any:
+        try:
+            statement, reader = self._query(sql, params, **(options or {}))
             try:
                 return reader.read_all()
             finally:
@@ -390,23 +468,24 @@ class StoreReader:
         except (self._errors, OSError) as problem:  # OSError: pyarrow's wrapping of a driver's
             raise self._problem(problem, "query failed: ") from None
 
-    def traces(
-        self, window: Window, names: Sequence[str], *, binary_ranking: bool
-    ) -> Iterator[Any]:
+    def traces(self, window: Window, names: Sequence[str], *, ranking_apart: bool) -> Iterator[Any]:
         """The window's traces in the record path's order, a record batch at a time; the lines
         carry the attributes, the query ID and those of the store's other columns ``names``
         holds."""
         key = "t.rowid" if self.dialect == "sqlite" else "t.seq"
         arrival = "t.recorded_at, t.rowid" if self.dialect == "sqlite" else "t.recorded_at, t.seq"
         if self.dialect == "sqlite":
+            where_ranking = _SQLITE_RANKING_APART if ranking_apart else _SQLITE_RANKING_IN_LINE
+            line = _SQLITE_LINE.format(**where_ranking, **_carried(_SQLITE_CARRIED, names))
             # The text of a query ID the line refuses (a number, say) is what sampling hashes.
-            line = _SQLITE_LINE.format(**_carried(_SQLITE_CARRIED, names))
             columns = f"{key} AS key, CAST(t.query_id AS TEXT) AS query_id, {line} AS line"
+            if ranking_apart:
+                columns += ", " + _SQLITE_RANKING_COLUMN
         else:
-            ranking = "'[]'" if binary_ranking else "to_json(t.retrieved_ids)::text"
+            ranking = "'[]'" if ranking_apart else "to_json(t.retrieved_ids)::text"
             line = _POSTGRES_LINE.format(ranking=ranking, **_carried(_POSTGRES_CARRIED, names))
             columns = f"{key} AS key, t.query_id, {line} AS line"
-            if binary_ranking:
+            if ranking_apart:
                 columns += ", t.retrieved_ids AS ranking"
         where, params = self._where(window)
         sql = f"SELECT {columns} FROM rankgate_traces t{where} ORDER BY {arrival}"
@@ -435,23 +514,36 @@ def _carried(columns: dict[str, str], names: Sequence[str]) -> dict[str, str]:
     return {name: text if name in names else "''" for name, text in columns.items()}
 
 
-def group_labels(query_ids: Any, documents: Any, grades: Any) -> LabelGroups:
-    """Label rows sorted by query ID as one map per query."""
+def group_labels(query_ids: Any, documents: Any, grades: Any, *, ordered: bool) -> LabelGroups:
+    """Label rows as one map per query, the queries in the order they first appear (``ordered``:
+    the rows are sorted by query ID, so that order is the IDs' own). Rows already grouped by
+    query, as a store mostly holds them, are not moved."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     count = len(query_ids)
+    unique = pa.array([], pa.large_string())
+    codes = np.zeros(0, dtype=np.int64)
     if count:
-        changes = np.asarray(pc.not_equal(query_ids.slice(1), query_ids.slice(0, count - 1)))
-        starts = np.concatenate([[0], np.flatnonzero(changes) + 1]).astype(np.int64)
-    else:
-        starts = np.zeros(0, dtype=np.int64)
-    offsets = np.append(starts, count).astype(np.int32)
-    unique = query_ids.take(pa.array(starts))
+        encoded = pc.dictionary_encode(query_ids)
+        pieces = encoded.chunks if isinstance(encoded, pa.ChunkedArray) else [encoded]
+        # Arrow encodes the chunks of a column with one dictionary, the last chunk's.
+        unique = pieces[-1].dictionary
+        if any(len(piece.dictionary) != len(unique) for piece in pieces):
+            encoded = pc.dictionary_encode(query_ids.combine_chunks())
+            pieces, unique = [encoded], encoded.dictionary
+        codes = np.concatenate([np.asarray(piece.indices) for piece in pieces]).astype(np.int64)
+        unique = unique.cast(pa.large_string())
+    if count > 1 and not bool(np.all(codes[1:] >= codes[:-1])):
+        order = pa.array(np.argsort(codes, kind="stable"))
+        documents, grades = documents.take(order), grades.take(order)
+    sizes = np.bincount(codes, minlength=len(unique))
+    offsets = np.zeros(len(unique) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
     maps = pa.MapArray.from_arrays(pa.array(offsets), documents, grades)
     hashes = string_hashes(unique)
-    order = np.argsort(hashes, kind="stable").astype(np.int64)
-    return LabelGroups(unique, maps, hashes[order], order)
+    by_hash = np.argsort(hashes, kind="stable").astype(np.int64)
+    return LabelGroups(unique, maps, hashes[by_hash], by_hash, ordered)
 
 
 def line_data(lines: Any) -> Any:

@@ -94,6 +94,8 @@ class StoreSource(ArrowSource):
                 self.params[key] = _bound_time(url, moment)
         self.fields = fields or FieldMap()
         self.stats = ReadStats()
+        #: Columns whose text the compiled scanner wrote, for the batches being read (``batches``).
+        self.verified_columns: frozenset[str] = frozenset()
         # A user's own query may read any database the URL opens, rankgate's tables or not.
         self._url = url
         self._backend = connect(url, read_only=True, require_store=sql is None)
@@ -210,12 +212,9 @@ class StoreSource(ArrowSource):
         wanted = list(dict.fromkeys(columns if columns is not None else paths))
         segments = [name for name in wanted if name not in paths]
         others = [fields.query_id, fields.relevant_ids, fields.relevance_scores, *segments]
-        # The ranking travels as PostgreSQL's array when only the ranking's role reads it.
-        binary = (
-            self._backend.dialect != "sqlite"
-            and fields.retrieved_ids == "retrieved_ids"
-            and "retrieved_ids" not in others
-        )
+        # The ranking travels as a column of its own (PostgreSQL's array, SQLite's JSON text)
+        # when only the ranking's role reads it.
+        apart = fields.retrieved_ids == "retrieved_ids" and "retrieved_ids" not in others
         # The record's ``relevance_scores`` are the table's labels over the attributes' own; read
         # in any other role (or ``labeled_at``, which lines do not carry) every row goes to the
         # validator.
@@ -226,6 +225,13 @@ class StoreSource(ArrowSource):
             or len(label_roles) > 1
         )
         join_labels = fields.relevance_scores == "relevance_scores" and not unsure
+        # Text the scanner wrote is valid UTF-8 within the ID limits: the columnar reader need not
+        # check it again. The labels joined from the table, and PostgreSQL's decoded ranking,
+        # are checked there as any Arrow column is.
+        verified = {fields.query_id, fields.relevant_ids, *segments}
+        if not apart or self._backend.dialect == "sqlite":
+            verified.add(fields.retrieved_ids)
+        self.verified_columns = frozenset(verified)
         scanned = [*paths, *segments]
         kept = 0
         # The labels are read on a second connection while the traces start to stream: the
@@ -239,7 +245,7 @@ class StoreSource(ArrowSource):
         try:
             # The database's work (SQLite's lines, PostgreSQL's COPY decoded by the driver) runs
             # in a thread of its own, apart from the scanner's: both release the GIL.
-            traces = reader.traces(self.window, scanned, binary_ranking=binary)
+            traces = reader.traces(self.window, scanned, ranking_apart=apart)
             streamed = prefetched(traces)
             for batch in streamed:
                 if grouped is not None and labels is None:
@@ -270,7 +276,7 @@ class StoreSource(ArrowSource):
                     piece = batch.slice(start, size)
                     piece_numbers = None if numbers is None else numbers[start : start + size]
                     yield self._batch(
-                        piece, piece_numbers, kept, scanned, wanted, unsure, labels, binary
+                        piece, piece_numbers, kept, scanned, wanted, unsure, labels, apart
                     )
                     kept += piece.num_rows
         finally:
@@ -293,12 +299,13 @@ class StoreSource(ArrowSource):
         wanted: list[str],
         unsure: bool,
         labels: Any,
-        binary: bool,
+        apart: bool,
     ) -> Any:
         """One record batch of ``wanted`` columns from rows of the store's reader; remembers the
         rows' keys."""
         import pyarrow as pa
 
+        from rankgate.io.jsonl_arrow import parse_rankings
         from rankgate.store.columns import parse_lines
 
         fields = self.fields
@@ -312,9 +319,15 @@ class StoreSource(ArrowSource):
         self._block_rows.append(numbers)
         self._block_starts.append(first)
         by_name = dict(zip(scanned, table.columns, strict=True))
-        if binary:
-            # As the driver decoded it (list<string>): the columnar path takes either width.
-            by_name[fields.retrieved_ids] = piece.column("ranking")
+        if apart:
+            ranking = piece.column("ranking")
+            if pa.types.is_string(ranking.type) or pa.types.is_large_string(ranking.type):
+                # SQLite's JSON text, each value one array or the validator's to word.
+                ranking, unread = parse_rankings(ranking)
+                slow |= unread
+            # PostgreSQL's as the driver decoded it (list<string>): the columnar path takes
+            # either width.
+            by_name[fields.retrieved_ids] = ranking
         if labels is not None:
             groups, collided = labels.lookup(piece.column("query_id"))
             slow |= collided
