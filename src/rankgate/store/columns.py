@@ -380,10 +380,11 @@ class StoreReader:
 
     # --- reading ---
 
-    def labels(self, window: Window, *, narrow: bool = True) -> LabelGroups:
+    def labels(self, window: Window, *, narrow: bool = True, listed: bool = False) -> LabelGroups:
         """The labels grouped by query: of the window's queries when ``narrow`` (worth it for
         a window that holds a small part of the store), else all of them (a superset: labels of
-        queries outside the window are never looked up)."""
+        queries outside the window are never looked up). ``listed``: the groups will be listed
+        (``LabelGroups.table``), in the store's order of query IDs."""
         import pyarrow as pa
 
         sql = _SQLITE_LABELS if self.dialect == "sqlite" else _POSTGRES_LABELS
@@ -400,13 +401,16 @@ class StoreReader:
             # the table), grouped here; the groups are put in the order of SQLite's BINARY
             # collation (bytes) only when a caller wants them listed (``LabelGroups.table``).
             table = self._sqlite_labels(sql, params)
+        elif listed:
+            # The server sorts PostgreSQL's, in its collation, when they are to be listed.
+            table = self._fetch_table(sql + " ORDER BY query_id", params)
         else:
-            # The server sorts PostgreSQL's, in its collation.
-            table = self._fetch_table(sql + " ORDER BY query_id, document_id", params)
+            table = self._fetch_table(sql, params)
         query_ids = table.column(0)  # encoded as it is, chunks and all (group_labels)
         documents = table.column(1).combine_chunks().cast(pa.large_string())
         grades = table.column(2).combine_chunks().cast(pa.float64())
-        return group_labels(query_ids, documents, grades, ordered=self.dialect != "sqlite")
+        ordered = listed and self.dialect != "sqlite"
+        return group_labels(query_ids, documents, grades, ordered=ordered)
 
     def _sqlite_labels(self, sql: str, params: list[Any]) -> Any:
         """The label rows of ``sql``, in rowid order. A large table is read in two halves by

@@ -129,7 +129,7 @@ class StoreSource(ArrowSource):
     def labels(self) -> Any:
         """The labels of the window's queries as an Arrow table: ``query_id`` (string) and
         ``relevance_scores`` (``map<string, float64>``), one row per labeled query."""
-        return self._label_groups().table()
+        return self._label_groups(listed=True).table()
 
     def expected_queries(self) -> tuple[str, Any] | None:
         """The query set the read is expected to cover, as a label table, or None when the read
@@ -149,7 +149,7 @@ class StoreSource(ArrowSource):
         from rankgate.store.columns import available
 
         if available(self._backend.dialect):
-            table = self._label_groups(narrow=False).table()
+            table = self._label_groups(narrow=False, listed=True).table()
         else:
             from rankgate.labels import label_table
 
@@ -162,10 +162,10 @@ class StoreSource(ArrowSource):
             table = table.filter(pa.array(keep, pa.bool_()))
         return f"labels of {self.name}", table
 
-    def _label_groups(self, narrow: bool = True) -> Any:
+    def _label_groups(self, narrow: bool = True, listed: bool = False) -> Any:
         reader = self._reader()
         try:
-            return reader.labels(self.window, narrow=narrow)
+            return reader.labels(self.window, narrow=narrow, listed=listed)
         finally:
             reader.close()
 
@@ -246,7 +246,7 @@ class StoreSource(ArrowSource):
             # The database's work (SQLite's lines, PostgreSQL's COPY decoded by the driver) runs
             # in a thread of its own, apart from the scanner's: both release the GIL.
             traces = reader.traces(self.window, scanned, ranking_apart=apart)
-            streamed = prefetched(traces)
+            streamed = prefetched(traces, depth=6)
             for batch in streamed:
                 if grouped is not None and labels is None:
                     labels = grouped.result()
