@@ -136,3 +136,14 @@ def test_dataframe_and_dicts_score_as_the_json_lines_do(tmp_path):
     # A table cell cannot tell a null from an absent field; a dict says null, as JSON Lines does.
     found = rankgate.evaluate(rows, metrics, settings=skip).summary.invalid_examples
     assert [e.problem for e in found] == [e.problem for e in expected.summary.invalid_examples]
+
+
+def test_dicts_with_many_distinct_keys_still_read_in_one_pass(tmp_path):
+    """Each record with a key of its own: converted by Arrow's inference, not per key."""
+    rows = records(200)
+    for number, row in enumerate(rows):
+        row[f"note-{number}"] = number
+    skip = rankgate.Settings(on_invalid="skip")
+    found = rankgate.evaluate(rows, ["map"], settings=skip)
+    expected = rankgate.evaluate(pd.DataFrame(records(200)), ["map"], settings=skip)
+    assert found.overall.means == pytest.approx(expected.overall.means, abs=1e-12)

@@ -399,6 +399,16 @@ class RecordsSource:
         names = dict.fromkeys(key for record in records for key in record)
         if not all(type(name) is str for name in names):
             return None
+        if len(names) > _MOST_COLUMNS_BY_NAME:
+            # Walking the records once per name would take names x records: Arrow infers
+            # the columns of so many names in one pass instead.
+            try:
+                rows = pa.array(records)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                return None
+            if not pa.types.is_struct(rows.type) or not _within_record_limits(rows):
+                return None
+            return _RecordsTable(self, pa.Table.from_struct_array(rows), records)
         arrays = {}
         for name in names:
             cells = [record.get(name) for record in records]
@@ -416,6 +426,10 @@ class RecordsSource:
         ):
             return None
         return _RecordsTable(self, pa.table(arrays), records)
+
+
+# Dicts with more distinct keys than this are converted by Arrow's inference in one pass.
+_MOST_COLUMNS_BY_NAME = 64
 
 
 def _has_type(cells: list[Any], kind: type) -> bool:
