@@ -1168,7 +1168,9 @@ class _Accumulator:
             scores_column = _array(table.column("relevance_scores"))
             scores = fast.IdColumns.from_arrow(scores_column)
             # A null grade marks its row slow; here it only has to be a number.
-            items = scores_column.items.fill_null(math.nan)
+            items = scores_column.items
+            if items.null_count:
+                items = items.fill_null(math.nan)
             score_values = fast.numpy_of(items).astype(np.float64, copy=False)
         while True:
             rows = np.flatnonzero(~slow).astype(np.int64)

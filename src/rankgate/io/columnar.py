@@ -184,7 +184,8 @@ def _arrow_chunks(
                     slow = np.zeros(batch.num_rows, dtype=np.bool_)
             else:
                 verified: frozenset[str] = getattr(source, "verified_columns", frozenset())
-                table, slow = _normalised(batch, fields, segment_fields, verified)
+                utf8: frozenset[str] = getattr(source, "utf8_columns", frozenset())
+                table, slow = _normalised(batch, fields, segment_fields, verified, utf8)
             present = {
                 name: (
                     numpy_of(batch.column(name).is_valid()) | slow
@@ -319,12 +320,15 @@ def _normalised(
     fields: FieldMap,
     segment_fields: Sequence[str],
     verified: frozenset[str] = frozenset(),
+    utf8: frozenset[str] = frozenset(),
 ) -> tuple[Any, npt.NDArray[np.bool_]]:
     """A record batch in the normalised columns, and the rows the validator must read.
 
     ``verified``: columns whose text the compiled scanner wrote (valid UTF-8, no ID past
     ``MAX_ID_BYTES``, no more IDs than ``MAX_IDS_PER_RANKING``): those checks are not repeated
-    over them (a store's source names them: ``StoreSource.verified_columns``)."""
+    over them (a store's source names them: ``StoreSource.verified_columns``). ``utf8``: columns
+    whose text is known to be valid UTF-8 (a PostgreSQL database in UTF8), the other checks
+    made."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -344,7 +348,7 @@ def _normalised(
         if required and array.null_count:
             slow[~numpy_of(array.is_valid())] = True
         if name not in verified:
-            _mark_bad_items(array, array.values, slow)
+            _mark_bad_items(array, array.values, slow, utf8=name in utf8)
         return array
 
     retrieved = id_list(column(fields.retrieved_ids), True, fields.retrieved_ids)
@@ -425,9 +429,12 @@ def _renamed(batch: Any, fields: FieldMap, segment_fields: Sequence[str]) -> Any
     return pa.record_batch(columns)
 
 
-def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None:
-    """Rows with a null ID in a list (or map key), or an ID past ``MAX_ID_BYTES``, go to the
-    validator, which words it. (The compiled join sends rows with an empty ID there itself.)"""
+def _mark_bad_items(
+    lists: Any, items: Any, slow: npt.NDArray[np.bool_], *, utf8: bool = False
+) -> None:
+    """Rows with a null ID in a list (or map key), an ID past ``MAX_ID_BYTES``, or (unless the
+    text is known to be ``utf8``) one that is not UTF-8, go to the validator, which words it.
+    (The compiled join sends rows with an empty ID there itself.)"""
     import pyarrow.compute as pc
 
     items, base = covered_items(lists, items)
@@ -435,7 +442,8 @@ def _mark_bad_items(lists: Any, items: Any, slow: npt.NDArray[np.bool_]) -> None
         mark_rows_holding(lists, numpy_of(pc.is_null(items)), slow, base)
     if len(items):
         mark_rows_holding(lists, _longer_than(items, limits.MAX_ID_BYTES), slow, base)
-        mark_rows_holding(lists, not_utf8(items), slow, base)
+        if not utf8:
+            mark_rows_holding(lists, not_utf8(items), slow, base)
 
 
 def _entries_or_none(lists: Any) -> npt.NDArray[np.int64] | None:

@@ -332,6 +332,17 @@ class StoreReader:
         finally:
             statement.close()
 
+    def text_is_utf8(self) -> bool:
+        """Whether every text the database holds is valid UTF-8: a PostgreSQL database whose
+        encoding is UTF8 (the server checks text on the way in). SQLite checks nothing."""
+        if self.dialect == "sqlite":
+            return False
+        try:
+            found = self._fetch_table("SELECT current_setting('server_encoding') AS e", [])
+        except StoreError:
+            return False
+        return bool(found.column(0)[0].as_py() == "UTF8")
+
     def close(self) -> None:
         for handle in (self._connection, self._database):
             if handle is not None:

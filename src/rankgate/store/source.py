@@ -96,6 +96,8 @@ class StoreSource(ArrowSource):
         self.stats = ReadStats()
         #: Columns whose text the compiled scanner wrote, for the batches being read (``batches``).
         self.verified_columns: frozenset[str] = frozenset()
+        #: Columns whose text is known to be UTF-8 (``batches``): a PostgreSQL ranking in UTF8.
+        self.utf8_columns: frozenset[str] = frozenset()
         # A user's own query may read any database the URL opens, rankgate's tables or not.
         self._url = url
         self._backend = connect(url, read_only=True, require_store=sql is None)
@@ -243,6 +245,9 @@ class StoreSource(ArrowSource):
         streamed: Any = None
         reader = self._reader()
         try:
+            if apart and reader.text_is_utf8():
+                # PostgreSQL in UTF8 holds no other text: its ranking needs no UTF-8 check.
+                self.utf8_columns = frozenset({fields.retrieved_ids})
             # The database's work (SQLite's lines, PostgreSQL's COPY decoded by the driver) runs
             # in a thread of its own, apart from the scanner's: both release the GIL.
             traces = reader.traces(self.window, scanned, ranking_apart=apart)
