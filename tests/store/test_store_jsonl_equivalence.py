@@ -217,6 +217,20 @@ def _without_query_set(from_store: dict[str, Any], from_file: dict[str, Any]) ->
     from_store["warnings"] = [w for w in from_store["warnings"] if "have no trace" not in w]
 
 
+SKIP = Settings(resamples=0, on_invalid="skip")
+
+
+def both_reads(url: str) -> list[dict[str, Any]]:
+    """The JSON reports of the columnar read and of the record-by-record read, which must be
+    equal."""
+    reports = [
+        json.loads(evaluate(kind(url), METRICS, settings=SKIP).to_json())
+        for kind in (StoreSource, RecordByRecord)
+    ]
+    assert reports[0] == reports[1]
+    return reports
+
+
 def test_odd_postgres_arrays_get_the_record_paths_messages(fresh_postgres: str) -> None:
     """A ranking with two dimensions or a NULL element is the validator's to word, in both
     reads, and does not stop the rest of the window."""
@@ -230,16 +244,49 @@ def test_odd_postgres_arrays_get_the_record_paths_messages(fresh_postgres: str) 
             "('c', 'q1', now(), '{d1,d2}')"
         )
         db.execute("INSERT INTO rankgate_labels VALUES ('q1', 'd1', 1, NULL, NULL)")
-    settings = Settings(resamples=0, on_invalid="skip")
-    reports = [
-        json.loads(evaluate(kind(fresh_postgres), METRICS, settings=settings).to_json())
-        for kind in (StoreSource, RecordByRecord)
-    ]
-    assert reports[0] == reports[1]
+    reports = both_reads(fresh_postgres)
     summary = reports[0]["summary"]
     assert (summary["scored"], summary["skipped"]["invalid"]) == (1, 2)
     assert "got list" in summary["invalid_examples"][0]
     assert "got null" in summary["invalid_examples"][1]
+
+
+def test_postgres_rankings_with_the_wire_separator_score_as_the_record_path(
+    fresh_postgres: str,
+) -> None:
+    """PostgreSQL's rankings reach the client joined by U+001F: an ID holding that character, an
+    empty array, and IDs with quotes, braces, commas and backslashes score exactly as the record
+    path scores them, and the ID holding the separator is not cut in two."""
+    import psycopg
+
+    connect(fresh_postgres).close()
+    rankings = [
+        ["d1", "d\x1fx", "d2"],  # the separator inside an ID
+        [],
+        ['{"q"}', "a,b", "back\\slash", " spaced ", "NULL"],
+        ["d1", "d2", "d3"],
+    ]
+    with psycopg.connect(fresh_postgres) as db:
+        for number, ranking in enumerate(rankings):
+            db.execute(
+                "INSERT INTO rankgate_traces (trace_id, query_id, recorded_at, retrieved_ids) "
+                "VALUES (%s, %s, now(), %s)",
+                (f"t{number}", f"q{number}", ranking),
+            )
+        db.execute("INSERT INTO rankgate_labels VALUES ('q0', 'd\x1fx', 3, NULL, NULL)")
+        db.execute("INSERT INTO rankgate_labels VALUES ('q2', 'NULL', 2, NULL, NULL)")
+        db.execute("INSERT INTO rankgate_labels VALUES ('q2', 'back\\slash', 1, NULL, NULL)")
+        db.execute("INSERT INTO rankgate_labels VALUES ('q3', 'd3', 1, NULL, NULL)")
+    both_reads(fresh_postgres)
+    per_query = {
+        row["query_id"]: row
+        for row in evaluate(StoreSource(fresh_postgres), ["mrr"], settings=SKIP).per_query()
+    }
+    # q0: its one labeled ID, the one holding the separator, is at rank 2.
+    assert per_query["q0"]["mrr"] == 0.5
+    # q2: the ID spelled NULL is an ID like any other, found at rank 5 (back\slash at 3).
+    assert per_query["q2"]["mrr"] == 1 / 3
+    assert per_query["q3"]["mrr"] == 1 / 3
 
 
 def test_labels_as_an_arrow_table(store_url: str) -> None:

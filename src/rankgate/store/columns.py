@@ -2,10 +2,13 @@
 
 The columnar read of a store has three parts, each done where it is cheapest:
 
-* **The ranking.** PostgreSQL sends ``retrieved_ids`` (``TEXT[]``) in the binary COPY format, and
-  the ADBC driver decodes it into an Arrow ``list<string>`` in C: no text rendering on the server
-  (``to_json`` of a hundred IDs per row cost more than everything else together) and no JSON to
-  parse. SQLite keeps the ranking as JSON text, which comes as a column of its own, as stored, and
+* **The ranking.** PostgreSQL sends ``retrieved_ids`` (``TEXT[]``) as one text per row, its IDs
+  joined by the unit separator (U+001F), with the array's length beside it; ``split_rankings``
+  cuts the text into an Arrow ``list<string>`` in C++, and a row whose pieces do not number the
+  array's length (an ID holding the separator, a null element) is the validator's. The driver's
+  decoding of the binary array format appended each ID to its buffers one at a time, twice the
+  client's time of the whole read; ``to_json`` on the server cost more than everything else
+  together. SQLite keeps the ranking as JSON text, which comes as a column of its own, as stored, and
   the compiled scanner reads each value as one bare array (``jsonl_arrow.parse_rankings``): text
   that is anything more or less is the validator's. (Spliced into the line below, the ranking
   would need SQLite's ``json_valid`` of every row to keep a damaged list from adding a key, which
@@ -56,15 +59,20 @@ __all__ = [
     "StoreReader",
     "available",
     "parse_lines",
+    "split_rankings",
 ]
 
 _UNSURE = "!"  # not JSON: the scanner flags the row slow
 #: Rows per ADBC batch from SQLite (its driver's default is 1024), and the byte size PostgreSQL's
-#: driver aims a batch at: about a chunk of the columnar path either way.
+#: driver aims a batch at: about a chunk of the columnar path either way. PostgreSQL's batches are
+#: split in the reading thread, six ahead (``StoreSource.batches``): at 64 MB those took 0.7 GB
+#: more at 1M traces than at 16 MB, for no measurable time.
 _SQLITE_BATCH_ROWS = 32_768
 #: Label tables spanning this many rowids or more are read in two halves at once.
 _SPLIT_LABELS_FROM = 1 << 20
-_POSTGRES_BATCH_BYTES = 64 << 20
+_POSTGRES_BATCH_BYTES = 16 << 20
+#: Joins a PostgreSQL ranking's IDs on the wire (``split_rankings``).
+RANKING_SEPARATOR = "\x1f"
 
 # SQLite: every column must hold the type the record path expects, and the JSON text must be
 # valid on its own, so that splicing it cannot change what the line means (a damaged list such as
@@ -501,13 +509,21 @@ class StoreReader:
             line = _POSTGRES_LINE.format(ranking=ranking, **_carried(_POSTGRES_CARRIED, names))
             columns = f"{key} AS key, t.query_id, {line} AS line"
             if ranking_apart:
-                columns += ", t.retrieved_ids AS ranking"
+                columns += (
+                    ", cardinality(t.retrieved_ids) AS ranking_length"
+                    f", array_to_string(t.retrieved_ids, chr({ord(RANKING_SEPARATOR)})) AS ranking"
+                )
         where, params = self._where(window)
         sql = f"SELECT {columns} FROM rankgate_traces t{where} ORDER BY {arrival}"
         if self.dialect == "sqlite":
             options = {"adbc.sqlite.query.batch_rows": str(_SQLITE_BATCH_ROWS)}
         else:
             options = {"adbc.postgresql.batch_size_hint_bytes": str(_POSTGRES_BATCH_BYTES)}
+            # Walk the (recorded_at, seq) index rather than sort the window: rows then stream from
+            # the first, while the client decodes and scores, where a sort of a whole window
+            # held the client idle for seconds (and spilled to disk at the default work_mem).
+            # This connection reads the traces only.
+            self._run("SET enable_sort = off")
         statement = None
         try:
             statement, reader = self._query(sql, params, **options)
@@ -574,6 +590,29 @@ def line_data(lines: Any) -> Any:
     if buffer is None or end == start:
         return b""
     return memoryview(buffer)[start:end]
+
+
+def split_rankings(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]]:
+    """PostgreSQL's rankings sent as separator-joined text (see the module's docstring), as a
+    list column, and which rows the validator must read: those whose pieces do not number the
+    array's ``lengths``. Splitting at U+001F cannot cut a UTF-8 character (an ASCII byte is
+    never part of one)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = pc.split_pattern(texts, RANKING_SEPARATOR)
+    pieces = np.asarray(pc.list_value_length(lists).fill_null(-1), dtype=np.int64)
+    wanted = np.asarray(lengths.fill_null(-1), dtype=np.int64)
+    # An empty array joins to "", which splits into one empty piece: it is an empty ranking.
+    empty = wanted == 0
+    unread = ((pieces != wanted) & ~empty) | (pieces < 0)
+    if empty.any():
+        kept = np.where(empty, 0, np.maximum(pieces, 0))
+        offsets = np.zeros(len(kept) + 1, dtype=np.int32)
+        np.cumsum(kept, out=offsets[1:])
+        values = lists.flatten().filter(pa.array(~np.repeat(empty, np.maximum(pieces, 0))))
+        lists = pa.ListArray.from_arrays(pa.array(offsets), values)
+    return lists, unread
 
 
 def parse_lines(
