@@ -38,6 +38,7 @@ Every metric here is better when higher, so a negative delta is a loss.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1051,19 +1052,27 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
     # table: they are filtered (a copy in place order) rather than reordered where that suffices.
     base_paired = _rows(base.table, base_rows)
     side_rows = in_side[base_rows]
-    before, segments = scorer.score(base_paired, base_paired, base)
     in_order = len(side_rows) < 2 or bool(np.all(np.diff(side_rows) > 0))
-    # A streamed side is read in its own order; it is large, so its intervals are normal ones,
-    # which do not depend on the order.
-    if in_order or (scorer.needs_order and not side.streamed):
-        after, _ = scorer.score(_rows(side.table, side_rows), base_paired, side)
-    else:
-        # The candidate lists the shared queries in another order: score them in its order with
-        # the baseline's attributes, then put the values in the baseline's order.
-        order = np.argsort(side_rows, kind="stable")
-        in_candidate_order = np.sort(side_rows)
-        attributes = base_paired.take(pa.array(order))
-        after, _ = scorer.score(_rows(side.table, in_candidate_order), attributes, side)
+    # The two sides are scored at once, the candidate in a thread of its own: the join and the
+    # kernels release the GIL, and each side's scoring is independent of the other's.
+    with ThreadPoolExecutor(1, thread_name_prefix="rankgate-candidate") as pool:
+        # A streamed side is read in its own order; it is large, so its intervals are normal
+        # ones, which do not depend on the order.
+        if in_order or (scorer.needs_order and not side.streamed):
+            candidate = pool.submit(scorer.score, _rows(side.table, side_rows), base_paired, side)
+        else:
+            # The candidate lists the shared queries in another order: score them in its order
+            # with the baseline's attributes, then put the values in the baseline's order.
+            order = np.argsort(side_rows, kind="stable")
+            in_candidate_order = np.sort(side_rows)
+            attributes = base_paired.take(pa.array(order))
+            candidate = pool.submit(
+                scorer.score, _rows(side.table, in_candidate_order), attributes, side
+            )
+        # Should the baseline fail, leaving the block waits for the candidate, then raises.
+        before, segments = scorer.score(base_paired, base_paired, base)
+        after, _ = candidate.result()
+    if not (in_order or (scorer.needs_order and not side.streamed)):
         after = _reordered(after, before)
     if len(before.query_ids) != len(after.query_ids):  # same labels, same attributes
         raise AssertionError("baseline and candidate scored different queries")
