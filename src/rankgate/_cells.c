@@ -9,8 +9,9 @@
  * buffers of an Arrow array; rankgate.io.cells wraps them without a copy.
  *
  * Both walk the cells twice while holding the GIL: once to check every type and size the
- * buffers, once to fill them. Only exact list, dict, str, int and float objects are accepted, so
- * no Python code (a __len__, __iter__ or __eq__ of a subclass) can run between the two walks.
+ * buffers, once to fill them (text_lists reads the items themselves in the second walk only).
+ * Only exact list, dict, str, int and float objects are accepted, so no Python code (a __len__,
+ * __iter__ or __eq__ of a subclass) can run between the two walks.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,11 +63,37 @@ PyDoc_STRVAR(text_lists_doc,
              "the buffers of an Arrow list<string> (wide: large_list<large_string>, 64-bit "
              "offsets, when 32 bits cannot hold them). None for any other cell.");
 
+/* Text offsets of text_lists, 32-bit until the bytes pass what 32 bits hold, then 64-bit. */
+typedef struct {
+    PyObject *bytes;
+    char *at;
+    int wide;
+} Offsets;
+
+static int widen(Offsets *offsets, Py_ssize_t used, Py_ssize_t capacity) {
+    char *wider;
+    PyObject *bytes = new_bytes(capacity * 8, &wider);
+    if (bytes == NULL) return -1;
+    for (Py_ssize_t i = 0; i < used; i++) {
+        int32_t narrow;
+        memcpy(&narrow, offsets->at + i * 4, 4);
+        int64_t value = narrow;
+        memcpy(wider + i * 8, &value, 8);
+    }
+    Py_DECREF(offsets->bytes);
+    offsets->bytes = bytes;
+    offsets->at = wider;
+    offsets->wide = 1;
+    return 0;
+}
+
 static PyObject *text_lists(PyObject *self, PyObject *args) {
     PyObject *cells;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &cells)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(cells);
-    Py_ssize_t nulls = 0, items = 0, bytes = 0, size;
+    Py_ssize_t nulls = 0, items = 0, size;
+    /* The cells are walked first (their types and lengths), their items once: each item is a
+     * separate object, and reading it is a cache miss; walking them twice cost a third more. */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *cell = PyList_GET_ITEM(cells, i);
         if (cell == Py_None) {
@@ -74,42 +101,62 @@ static PyObject *text_lists(PyObject *self, PyObject *args) {
             continue;
         }
         if (!PyList_CheckExact(cell)) Py_RETURN_NONE;
-        Py_ssize_t count = PyList_GET_SIZE(cell);
-        for (Py_ssize_t j = 0; j < count; j++) {
-            PyObject *item = PyList_GET_ITEM(cell, j);
-            if (!PyUnicode_CheckExact(item) || utf8_of(item, &size) == NULL) Py_RETURN_NONE;
-            bytes += size;
-        }
-        items += count;
+        items += PyList_GET_SIZE(cell);
     }
-    int wide = items > INT32_MAX || bytes > INT32_MAX;
-    int width = wide ? 8 : 4;
-    char *list_offsets, *text_offsets, *data;
-    PyObject *lists = new_bytes((n + 1) * width, &list_offsets);
-    PyObject *texts = new_bytes((items + 1) * width, &text_offsets);
-    PyObject *blob = new_bytes(bytes, &data);
-    PyObject *validity = validity_of(cells, n, nulls);
-    if (lists == NULL || texts == NULL || blob == NULL || validity == NULL) goto failed;
-    Py_ssize_t item = 0, at = 0;
-    put_offset(list_offsets, wide, 0, 0);
-    put_offset(text_offsets, wide, 0, 0);
+    int64_t *ends = PyMem_Malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (ends == NULL) return PyErr_NoMemory();
+    Offsets offsets = {NULL, NULL, 0};
+    offsets.bytes = new_bytes((items + 1) * 4, &offsets.at);
+    /* The IDs' bytes, grown as they come (a guess of 16 a piece to start). */
+    Py_ssize_t capacity = items * 16 + 64, at = 0, item = 0;
+    char *data;
+    PyObject *blob = new_bytes(capacity, &data);
+    PyObject *lists = NULL, *validity = NULL;
+    if (offsets.bytes == NULL || blob == NULL) goto failed;
+    put_offset(offsets.at, 0, 0, 0);
+    ends[0] = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *cell = PyList_GET_ITEM(cells, i);
         if (cell != Py_None) {
             Py_ssize_t count = PyList_GET_SIZE(cell);
             for (Py_ssize_t j = 0; j < count; j++) {
-                const char *text = utf8_of(PyList_GET_ITEM(cell, j), &size);
+                PyObject *entry = PyList_GET_ITEM(cell, j);
+                const char *text;
+                if (!PyUnicode_CheckExact(entry) || (text = utf8_of(entry, &size)) == NULL) {
+                    PyMem_Free(ends);
+                    Py_XDECREF(offsets.bytes);
+                    Py_XDECREF(blob);
+                    Py_RETURN_NONE;
+                }
+                if (size > capacity - at) {
+                    Py_ssize_t grown = capacity * 2 > at + size ? capacity * 2 : at + size;
+                    if (_PyBytes_Resize(&blob, grown) < 0) goto failed;
+                    capacity = grown;
+                    data = PyBytes_AS_STRING(blob);
+                }
                 memcpy(data + at, text, (size_t)size);
                 at += size;
-                put_offset(text_offsets, wide, ++item, at);
+                if (!offsets.wide && at > INT32_MAX && widen(&offsets, item + 1, items + 1) < 0)
+                    goto failed;
+                put_offset(offsets.at, offsets.wide, ++item, at);
             }
         }
-        put_offset(list_offsets, wide, i + 1, item);
+        ends[i + 1] = item;
     }
-    return Py_BuildValue("(nNNnNNi)", nulls, lists, validity, items, texts, blob, wide);
+    int wide = offsets.wide || items > INT32_MAX;
+    if (wide && !offsets.wide && widen(&offsets, items + 1, items + 1) < 0) goto failed;
+    if (_PyBytes_Resize(&blob, at) < 0) goto failed;
+    char *list_offsets;
+    lists = new_bytes((n + 1) * (wide ? 8 : 4), &list_offsets);
+    validity = validity_of(cells, n, nulls);
+    if (lists == NULL || validity == NULL) goto failed;
+    for (Py_ssize_t i = 0; i <= n; i++) put_offset(list_offsets, wide, i, ends[i]);
+    PyMem_Free(ends);
+    return Py_BuildValue("(nNNnNNi)", nulls, lists, validity, items, offsets.bytes, blob, wide);
 failed:
+    PyMem_Free(ends);
     Py_XDECREF(lists);
-    Py_XDECREF(texts);
+    Py_XDECREF(offsets.bytes);
     Py_XDECREF(blob);
     Py_XDECREF(validity);
     return NULL;
