@@ -248,8 +248,9 @@ class StoreSource(ArrowSource):
             if apart and reader.text_is_utf8():
                 # PostgreSQL in UTF8 holds no other text: its ranking needs no UTF-8 check.
                 self.utf8_columns = frozenset({fields.retrieved_ids})
-            # The database's work (SQLite's lines, PostgreSQL's COPY decoded by the driver) runs
-            # in a thread of its own, apart from the scanner's: both release the GIL.
+            # The database's work (SQLite's lines, PostgreSQL's COPY decoded by the driver and
+            # its rankings split) runs in a thread of its own, apart from the scanner's: both
+            # release the GIL.
             traces = reader.traces(self.window, scanned, ranking_apart=apart)
             streamed = prefetched(_decoded_rankings(traces), depth=6)
             for batch in streamed:
