@@ -43,9 +43,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from rankgate import fast
 from rankgate.baseline import SavedBaseline, is_saved_baseline, load_baseline
+from rankgate.compare_ahead import QueryIndex, ScoredAhead, paired_columns, whole_columns
 from rankgate.compare_cells import (
     PAIRINGS,
     TESTS,
@@ -667,6 +669,7 @@ def _score_by_columns(
     segment_fields = segment_fields_of(settings, policy)
     stamp = settings.label_filter.labeled_at_field if settings.label_filter.active else None
     attributes = [*segment_fields, *([stamp] if stamp else [])]
+    _import_statistics_meanwhile()
     reader = Reader(settings, input_format, attributes, progress)
     if is_saved_baseline(baseline) and variant_field is None:
         return _score_against_saved(
@@ -684,6 +687,12 @@ def _score_by_columns(
             segment_fields=segment_fields,
             stamp=stamp,
         )
+    book = LabelBook(settings, stamp)
+    scorer = _Scorer(metrics, gates, settings, policy, book, segment_fields, stamp)
+    scorer.extra = list(extra_metrics)
+    # With no labels file and no label ages, the baseline's labels are the book's first: sides
+    # can then be scored while they are read (``compare_ahead``).
+    early = labels is None and stamp is None and variant_field is None and fast.available()
     if variant_field is not None:
         sides = reader.split(baseline, variant_field, [str(value) for value in candidates])
     else:
@@ -691,20 +700,30 @@ def _score_by_columns(
             raise UsageError("compare needs a baseline and at least one candidate")
         named = [_as_variant(item, index) for index, item in enumerate((baseline, *candidates))]
         _check_distinct_names(named)
-        sides = [reader.read(variant.data, variant.name) for variant in named]
+        if early:
+            sides = _read_sides(named, reader, scorer)
+        else:
+            sides = [reader.read(variant.data, variant.name) for variant in named]
 
-    book = LabelBook(settings, stamp)
     labels_name = None
     if labels is not None:
         labels_name = name_of_labels(labels)
         book.add_labels_source(labels, reader, labels_format)
-    for side in sides:
-        book.add_side(side)
-
-    scorer = _Scorer(metrics, gates, settings, policy, book, segment_fields, stamp)
-    scorer.extra = list(extra_metrics)
+    before = None if book.shared is None else book.shared.num_rows
+    try:
+        for side in sides[1:] if early else sides:
+            book.add_side(side)
+    except BaseException:
+        scorer.drop_aheads()
+        raise
+    # Labels a candidate adds (a query no earlier source labeled) would have changed what the
+    # sides scored while read were given.
+    scorer.book_settled = (before or 0) == (0 if book.shared is None else book.shared.num_rows)
     base = sides[0]
-    pending = [_scored(base, side, pairing, scorer) for side in sides[1:]]
+    try:
+        pending = [_scored(base, side, pairing, scorer) for side in sides[1:]]
+    finally:
+        scorer.drop_aheads()
     return RecordRun(
         [side.name for side in sides],
         [(s.pairing, s.baseline, s.candidate, s.segments, s.candidate_segments) for s in pending],
@@ -955,6 +974,13 @@ class _Scorer:
         # Intervals of the sides are resampled in query order: keep it the baseline's.
         self.needs_order = on_bounds
         self.whole: dict[str, tuple[Evaluation, dict[str, Sequence[str]]]] = {}
+        # Sides scored while they were read (``compare_ahead``), by name; usable only while the
+        # label book is as it was when they were scored.
+        self.aheads: dict[str, ScoredAhead] = {}
+        self.book_settled = False
+        # The side scored whole while read (the baseline); the others were scored paired.
+        self.first: SideTable | None = None
+        self._indexes: dict[str, QueryIndex | None] = {}
 
     def score(
         self, rows: Any, attributes_from: Any, side: SideTable | None = None
@@ -962,14 +988,27 @@ class _Scorer:
         """Evaluate ``rows`` (a side's table) segmented by ``attributes_from``'s attribute columns
         (a table of as many rows: the side itself, or the paired baseline rows). ``side``: the
         side ``rows`` come from, whose rankings are read again when it let them go."""
+        streamed = side is not None and side.streamed
+        table = self.meta(rows, attributes_from, rankings=not streamed)
+        if side is None:
+            source = table
+        elif streamed:
+            source = streamed_side(side, rows, table, self.fields)
+        else:
+            source = held_side(side, table)
+        evaluation = self.evaluate(source)
+        return evaluation, self._segments(evaluation)
+
+    def meta(self, rows: Any, attributes_from: Any, *, rankings: bool = False) -> Any:
+        """The table ``evaluate`` reads for ``rows``: query IDs, the shared labels, the segment
+        attributes of ``attributes_from`` (and the rankings, when asked and held)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         query_ids = rows.column("query_id")
         relevant, scores, stamps = self.book.labels_for(query_ids, rows)
-        streamed = side is not None and side.streamed
         columns: dict[str, Any] = {self.fields.query_id: query_ids}
-        if not streamed:
+        if rankings:
             columns[self.fields.retrieved_ids] = rows.column("retrieved_ids")
         for name, labels in (
             (self.fields.relevant_ids, relevant),
@@ -984,14 +1023,10 @@ class _Scorer:
         if self.stamp is not None:
             own = attributes_from.column("segment:" + self.stamp)
             columns[self.stamp] = pc.coalesce(stamps, own) if len(own) else stamps
-        table = pa.table(columns)
-        if side is None:
-            source = table
-        elif streamed:
-            source = streamed_side(side, rows, table, self.fields)
-        else:
-            source = held_side(side, table)
-        evaluation = evaluate(
+        return pa.table(columns)
+
+    def evaluate(self, source: Any) -> Evaluation:
+        return evaluate(
             source,
             self.metrics,
             self.gates,
@@ -1000,7 +1035,36 @@ class _Scorer:
             extra_metrics=self.extra,
             label_digests=self.digests,
         )
+
+    def ahead_for(
+        self, side: SideTable, rows: Any, attributes_from: Any
+    ) -> tuple[Evaluation, dict[str, Sequence[str]]] | None:
+        """The evaluation of ``side`` made while it was read, when it is the one ``score(rows,
+        attributes_from, side)`` would give: the same rows (every row handed over, none since
+        dropped as a repeat), and labels no later source changed. Its rows read back come from
+        the side read again, as ``score``'s would."""
+        ahead = self.aheads.get(side.name)
+        if ahead is None or not side.streamed or not self.book_settled:
+            return None
+        evaluation = ahead.result()
+        if evaluation is None or ahead.rows != rows.num_rows or ahead.source is None:
+            return None
+        # Rows read back (attributes, examples) are rare: what reads them is built when needed.
+        ahead.source.bind(
+            lambda: streamed_side(side, rows, self.meta(rows, attributes_from), self.fields)
+        )
         return evaluation, self._segments(evaluation)
+
+    def index_of(self, side: SideTable) -> QueryIndex | None:
+        """``side``'s query IDs by hash (built once: every candidate is paired with it)."""
+        if side.name not in self._indexes:
+            self._indexes[side.name] = QueryIndex.of(side.table.column("query_id"))
+        return self._indexes[side.name]
+
+    def drop_aheads(self) -> None:
+        """Stop the scoring of sides while read (the comparison failed or is done)."""
+        for ahead in self.aheads.values():
+            ahead.stop()
 
     @staticmethod
     def _segments(evaluation: Evaluation) -> dict[str, Sequence[str]]:
@@ -1015,12 +1079,20 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
 
     base_ids = base.table.column("query_id")
     side_ids = side.table.column("query_id")
-    in_base = fast.numpy_of(
-        pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
-    ).astype(np.int64)
-    in_side = fast.numpy_of(
-        pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1).combine_chunks()
-    ).astype(np.int64)
+    index = scorer.index_of(base) if fast.available() else None
+    if index is not None:
+        # Each side's IDs are distinct: either direction of the match gives the other.
+        in_base = index.find(side_ids.combine_chunks())
+        in_side = np.full(base.queries, -1, dtype=np.int64)
+        matched = np.flatnonzero(in_base >= 0)
+        in_side[in_base[matched]] = matched
+    else:
+        in_base = fast.numpy_of(
+            pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
+        ).astype(np.int64)
+        in_side = fast.numpy_of(
+            pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1).combine_chunks()
+        ).astype(np.int64)
     base_rows = np.flatnonzero(in_side >= 0)  # paired, in the baseline's order
     paired = len(base_rows)
     baseline_only = np.flatnonzero(in_side < 0)
@@ -1053,6 +1125,12 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
     base_paired = _rows(base.table, base_rows)
     side_rows = in_side[base_rows]
     in_order = len(side_rows) < 2 or bool(np.all(np.diff(side_rows) > 0))
+    ahead = _scored_ahead(base, side, base_paired, side_rows, in_order, scorer)
+    if ahead is not None:
+        before, segments, after = ahead
+        if len(before.query_ids) != len(after.query_ids):  # same labels, same attributes
+            raise AssertionError("baseline and candidate scored different queries")
+        return _Scored(pairing, before, after, segments, {})
     # The two sides are scored at once, the candidate in a thread of its own: the join and the
     # kernels release the GIL, and each side's scoring is independent of the other's.
     with ThreadPoolExecutor(1, thread_name_prefix="rankgate-candidate") as pool:
@@ -1077,6 +1155,78 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
     if len(before.query_ids) != len(after.query_ids):  # same labels, same attributes
         raise AssertionError("baseline and candidate scored different queries")
     return _Scored(pairing, before, after, segments, {})
+
+
+def _import_statistics_meanwhile() -> None:
+    """Import what the cells' tests and power use (scipy: about a second) in a thread, while the
+    sides are read, rather than after them. Not a daemon: an import cut short at exit could
+    leave a module half made for an exit handler."""
+    import threading
+
+    def load() -> None:
+        try:
+            import scipy.optimize
+            import scipy.special
+            import scipy.stats  # noqa: F401
+        except Exception:  # the import where a module is used says what is wrong
+            return
+
+    threading.Thread(target=load, name="rankgate-imports").start()
+
+
+def _read_sides(named: Sequence[Variant], reader: Reader, scorer: _Scorer) -> list[SideTable]:
+    """Each side read and, from where it lets its rankings go, scored as it is read
+    (``compare_ahead``); the baseline's labels go into the book as soon as it is read, for the
+    candidates' paired rows."""
+    sides: list[SideTable] = []
+    try:
+        for variant in named:
+            if sides:
+                columns = paired_columns(
+                    scorer.fields, scorer.segment_fields, sides[0], scorer.book, scorer.index_of
+                )
+            else:
+                columns = whole_columns(scorer.fields, scorer.segment_fields)
+            ahead = ScoredAhead(variant.name, columns, scorer.evaluate)
+            scorer.aheads[variant.name] = ahead
+            side = reader.read(variant.data, variant.name, ahead)
+            ahead.close()
+            if not sides:
+                scorer.book.add_side(side)
+                scorer.first = side
+            sides.append(side)
+    except BaseException:
+        scorer.drop_aheads()
+        raise
+    return sides
+
+
+def _scored_ahead(
+    base: SideTable,
+    side: SideTable,
+    base_paired: Any,
+    side_rows: npt.NDArray[np.int64],
+    in_order: bool,
+    scorer: _Scorer,
+) -> tuple[Evaluation, dict[str, Sequence[str]], Evaluation] | None:
+    """The paired sides' evaluations, from what was scored while they were read where that is
+    what scoring them now would give (``_Scorer.ahead_for``), the rest scored now; None when
+    neither side was scored while read."""
+    import pyarrow as pa
+
+    order = None if in_order else np.argsort(side_rows, kind="stable")
+    in_candidate_order = side_rows if order is None else np.sort(side_rows)
+    candidate_rows = _rows(side.table, in_candidate_order)
+    attributes = base_paired if order is None else base_paired.take(pa.array(order))
+    found_before = scorer.ahead_for(base, base_paired, base_paired)
+    found_after = scorer.ahead_for(side, candidate_rows, attributes)
+    if found_before is None and found_after is None:
+        return None
+    before, segments = found_before or scorer.score(base_paired, base_paired, base)
+    after, _ = found_after or scorer.score(candidate_rows, attributes, side)
+    if order is not None:
+        after = _reordered(after, before)
+    return before, segments, after
 
 
 def _rows(table: Any, rows: Any) -> Any:
@@ -1125,7 +1275,10 @@ def _whole(side: SideTable, scorer: _Scorer) -> tuple[Evaluation, dict[str, Sequ
     """A side scored on all its queries (once, however many candidates it is compared with)."""
     known = scorer.whole.get(side.name)
     if known is None:
-        known = scorer.whole[side.name] = scorer.score(side.table, side.table, side)
+        known = scorer.ahead_for(side, side.table, side.table) if side is scorer.first else None
+        if known is None:
+            known = scorer.score(side.table, side.table, side)
+        scorer.whole[side.name] = known
     return known
 
 

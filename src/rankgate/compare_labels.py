@@ -317,8 +317,11 @@ def _same_items(
     result = np.ones(len(lengths), dtype=np.bool_)
     if not len(rows):
         return result
-    values_a = items_of(a.take(pa.array(rows)))
-    values_b = items_of(b.take(pa.array(rows)))
+    if len(rows) == len(lengths):  # every row (an annotated replay): no copy of either side
+        values_a, values_b = items_of(a), items_of(b)
+    else:
+        values_a = items_of(a.take(pa.array(rows)))
+        values_b = items_of(b.take(pa.array(rows)))
     equal = fast.numpy_of(pc.fill_null(pc.equal(values_a, values_b), False))
     counts = lengths[rows]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])

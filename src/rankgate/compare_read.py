@@ -154,8 +154,15 @@ class Reader:
                 InvalidRecord(str(problem.location), problem.field, problem.problem)
             )
 
-    def read(self, data: Any, name: str) -> SideTable:
-        side = self._read_all(data, name, self.attributes)
+    def read(self, data: Any, name: str, ahead: Any = None) -> SideTable:
+        """``data`` as a side. ``ahead`` (a ``compare_ahead.ScoredAhead``): what the side's valid
+        rows are handed to, with their rankings, once the side lets its rankings go."""
+        try:
+            side = self._read_all(data, name, self.attributes, ahead)
+        except BaseException:
+            if ahead is not None:
+                ahead.spoil("the side could not be read")
+            raise
         return self._deduplicated(side)
 
     def split(self, data: Any, variant_field: str, wanted: list[str]) -> list[SideTable]:
@@ -233,7 +240,9 @@ class Reader:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _read_all(self, data: Any, name: str, attributes: Sequence[str]) -> SideTable:
+    def _read_all(
+        self, data: Any, name: str, attributes: Sequence[str], ahead: Any = None
+    ) -> SideTable:
         import pyarrow as pa
 
         source: TraceSource = open_source(data, self.input_format)
@@ -264,7 +273,12 @@ class Reader:
                     held += piece.column("retrieved_ids").nbytes
                     if held > HELD_RANKING_BYTES:
                         streamed = True
+                        if ahead is not None:
+                            for kept in pieces:
+                                ahead.feed(kept)
                         pieces = [_without_rankings(kept) for kept in pieces]
+                if streamed and ahead is not None:
+                    ahead.feed(piece)
                 pieces.append(_without_rankings(piece) if streamed else piece)
                 for row in np.flatnonzero(slow).tolist():
                     trace = self._validated(chunk.raw(row))
@@ -272,6 +286,9 @@ class Reader:
                         invalid += 1
                     else:
                         traces.append((first + row, trace))
+                        if ahead is not None:
+                            # It joins the table in its place by ordinal, after the others.
+                            ahead.spoil("the validator read a row")
                 if self.progress is not None:
                     self.progress(name, read, chunk.done, source.total)
         else:
@@ -340,6 +357,11 @@ class Reader:
         ids = side.table.column("query_id")
         if side.table.num_rows == 0:
             return side
+        hashes = fast.compiled_string_hashes(ids.combine_chunks())
+        if hashes is not None:
+            hashes.sort()
+            if not bool(np.any(hashes[1:] == hashes[:-1])):  # distinct hashes, distinct IDs
+                return side
         first = fast.numpy_of(pc.index_in(ids, value_set=ids).combine_chunks())
         repeated = first != np.arange(len(first))
         if not repeated.any():
