@@ -1210,8 +1210,8 @@ def _scored_ahead(
     scorer: _Scorer,
 ) -> tuple[Evaluation, dict[str, Sequence[str]], Evaluation] | None:
     """The paired sides' evaluations, from what was scored while they were read where that is
-    what scoring them now would give (``_Scorer.ahead_for``), the rest scored now; None when
-    neither side was scored while read."""
+    what scoring them now would give (``_Scorer.ahead_for``), the rest scored now as ``_scored``
+    scores them; None when neither side was scored while read."""
     import pyarrow as pa
 
     order = None if in_order else np.argsort(side_rows, kind="stable")
@@ -1223,23 +1223,33 @@ def _scored_ahead(
     if found_before is None and found_after is None:
         return None
     before, segments = found_before or scorer.score(base_paired, base_paired, base)
-    after, _ = found_after or scorer.score(candidate_rows, attributes, side)
-    if order is not None:
-        after = _reordered(after, before)
+    if found_after is not None:
+        after = found_after[0] if order is None else _reordered(found_after[0], before)
+    elif order is not None and scorer.needs_order and not side.streamed:
+        # Intervals resampled in query order: a held candidate is scored in the baseline's.
+        after, _ = scorer.score(_rows(side.table, side_rows), base_paired, side)
+    else:
+        after, _ = scorer.score(candidate_rows, attributes, side)
+        if order is not None:
+            after = _reordered(after, before)
     return before, segments, after
 
 
 def _rows(table: Any, rows: Any) -> Any:
-    """``table``'s rows at ``rows`` (increasing): the table itself, a filter, or a take."""
+    """``table``'s rows at ``rows``, in that order: the table itself (every row, in order), a
+    filter (increasing rows), or a take (any other order)."""
     import pyarrow as pa
 
+    increasing = len(rows) < 2 or bool(np.all(np.diff(rows) > 0))
+    if not increasing:
+        # A permutation of every row is not the table: it was once taken for it, and a held
+        # candidate then kept its own order under the baseline's attributes.
+        return table.take(pa.array(rows))
     if len(rows) == table.num_rows:
         return table
     mask = np.zeros(table.num_rows, dtype=np.bool_)
     mask[rows] = True
-    if len(rows) < 2 or bool(np.all(np.diff(rows) > 0)):
-        return table.filter(pa.array(mask))
-    return table.take(pa.array(rows))
+    return table.filter(pa.array(mask))
 
 
 def _reordered(evaluation: Evaluation, aligned_with: Evaluation) -> Evaluation:

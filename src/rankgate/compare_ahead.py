@@ -24,6 +24,7 @@ second read would give: the same rows in the same order with the same labels and
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -55,10 +56,13 @@ class _FedSource(ArrowSource):
 
     normalised = True  # rows read and validated by the comparison's reader
 
-    def __init__(self, name: str, schema: Any, waiting: queue.Queue[Any]) -> None:
+    def __init__(
+        self, name: str, schema: Any, waiting: queue.Queue[Any], stopped: threading.Event
+    ) -> None:
         super().__init__(name, total=None)
         self._schema = schema
         self._waiting = waiting
+        self._stopped = stopped
         self._passes = 0
         self._bind: Callable[[], Any] | None = None
         self._bound: Any = None
@@ -76,7 +80,14 @@ class _FedSource(ArrowSource):
             raise NotReadBack(f"{self.name}: a second pass over rows handed over once")
         done = 0
         while True:
-            table = self._waiting.get()
+            try:
+                table = self._waiting.get(timeout=0.05)
+            except queue.Empty:
+                # Stopped without its end handed over (an interrupt while the queue was full):
+                # the evaluation ends here rather than wait for ever.
+                if self._stopped.is_set():
+                    raise NotReadBack(f"{self.name}: stopped") from None
+                continue
             if table is _END:
                 return
             if columns is not None:
@@ -115,6 +126,7 @@ class ScoredAhead:
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future[Any] | None = None
         self._closed = False
+        self._stopped = threading.Event()
         self.source: _FedSource | None = None
         #: Rows handed to the evaluation; ``compare`` checks them against the rows it scores.
         self.rows = 0
@@ -131,7 +143,7 @@ class ScoredAhead:
             self.spoil(str(problem))
             return
         if self._future is None:
-            self.source = _FedSource(self.name, table.schema, self._waiting)
+            self.source = _FedSource(self.name, table.schema, self._waiting, self._stopped)
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="rankgate-ahead")
             self._future = self._pool.submit(self._score, self.source)
         if not table.num_rows:
@@ -141,15 +153,17 @@ class ScoredAhead:
 
     def spoil(self, reason: str) -> None:
         """The evaluation will not be used (a row joins the side out of order, the read
-        failed): no more rows. Its thread finishes on its own; ``stop`` waits for it."""
+        failed): no more rows, and it stops at its next batch; ``stop`` waits for it."""
         if self.spoiled is None:
             self.spoiled = reason
-        self.close()
+        self._stopped.set()
+        self._closed = True
 
     def stop(self) -> None:
         """Spoiled if not yet used, and its thread done when this returns (the comparison is
         over, or failed)."""
-        self.spoil("stopped")
+        if self._future is None or not self._future.done():
+            self.spoil("stopped")
         self._shutdown()
 
     def result(self) -> Any:
@@ -174,7 +188,7 @@ class ScoredAhead:
                 self._waiting.put(item, timeout=0.05)
                 return
             except queue.Full:
-                if future.done():  # the evaluation stopped early (an error): nothing reads
+                if future.done() or self._stopped.is_set():  # nothing reads any more
                     self.spoiled = self.spoiled or "the evaluation stopped"
                     return
 
@@ -183,9 +197,10 @@ class ScoredAhead:
         caller goes on."""
         if self._closed:
             return
-        self._closed = True
         if self._future is not None:
             self._put(_END)
+        # Only once the end is handed over: interrupted before, ``stop`` still ends the thread.
+        self._closed = True
 
     def _shutdown(self) -> None:
         if self._pool is not None:

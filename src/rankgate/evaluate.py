@@ -877,8 +877,9 @@ class _Accumulator:
         #: How many labels kept apart are a human's and how many a model judge's.
         self.label_sources: dict[str, int] = {}
         self.corpus_ids: Any = None
-        # Distinct IDs in each scored ranking, for the served-depth figures.
-        self.depths = _Column(np.int32)
+        # How many scored rankings hold each number of distinct IDs (index: depth), for the
+        # served-depth figures: counted as they come, 4 bytes a query less than a column of them.
+        self.depths = np.zeros(0, dtype=np.int64)
         # The query set the traces are expected to cover (an Arrow string array), which of its
         # queries had a trace, and the IDs the validator read, not yet looked up.
         self.expected: Any = None
@@ -1346,7 +1347,7 @@ class _Accumulator:
             self.attributes.append(scalar_fields(settled.trace.attributes))
         for spec, column in values.items():
             self.values[spec].extend(column)
-        self.depths.extend(depths)
+        self._count_depths(depths)
         self.row_numbers.extend(np.zeros(len(accepted), dtype=np.int32))
         if self.digests is not None:
             self.digests.extend(np.array([digest_of(s.grades) for s in accepted], dtype=np.uint64))
@@ -1416,7 +1417,7 @@ class _Accumulator:
         values: dict[MetricSpec, npt.NDArray[np.float64]],
         depths: npt.NDArray[np.int64],
     ) -> None:
-        self.depths.extend(depths)
+        self._count_depths(depths)
         if query_ids.null_count:
             # Records without an ID are named by their place in the input, as the validator does.
             first = chunk.first_ordinal
@@ -1546,9 +1547,20 @@ class _Accumulator:
         values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
         return {spec: float(column[0]) for spec, column in values.items()}
 
+    def _count_depths(self, depths: npt.NDArray[Any]) -> None:
+        if not len(depths):
+            return
+        counts = np.bincount(depths)
+        if len(counts) > len(self.depths):
+            counts[: len(self.depths)] += self.depths
+            self.depths = counts
+        else:
+            self.depths[: len(counts)] += counts
+
     def _served_depth(self) -> ServedDepth | None:
-        depths, counts = np.unique(self.depths.values(), return_counts=True)
-        return ServedDepth.from_histogram(dict(zip(depths.tolist(), counts.tolist(), strict=True)))
+        held = np.flatnonzero(self.depths)
+        counts = self.depths[held]
+        return ServedDepth.from_histogram(dict(zip(held.tolist(), counts.tolist(), strict=True)))
 
     def result(self, gates: tuple[Gate, ...], policy: GatePolicy) -> Evaluation:
         scored = len(self.query_ids)

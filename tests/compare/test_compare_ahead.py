@@ -283,3 +283,83 @@ def test_a_candidate_whose_labels_disagree_is_refused_as_when_read_twice(
     assert "q250" in str(streamed.value) and "labeled differently" in str(streamed.value)
     left = [t.name for t in threading.enumerate() if t.name.startswith("rankgate-ahead")]
     assert left == []
+
+
+def test_a_held_candidate_beside_a_baseline_scored_while_read_keeps_the_baselines_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Gates on an interval bound resample in query order: a candidate that holds its rankings
+    # is scored in the baseline's order, whether or not the baseline was scored while read.
+    import rankgate.compare_read
+
+    baseline, regressed, _ = ab_traces(seed=10)
+    padding = [f"pad{i}" for i in range(200)]
+    long = [{**row, "retrieved_ids": row["retrieved_ids"] + padding} for row in baseline]
+    base = _write(tmp_path / "base.jsonl", long)
+    cand = _write(tmp_path / "cand.jsonl", list(reversed(regressed)))
+    options: dict[str, Any] = {
+        "metrics": AB_METRICS,
+        "settings": SEGMENTED,
+        "policy": GatePolicy(gate_on="lower_bound"),
+        "gates": [parse_gate("ndcg@10>=0.3")],
+    }
+    held = compare(base, cand, **options)
+    # A budget between the two sides' rankings: the baseline streams, the candidate is held.
+    sizes = [Path(path).stat().st_size for path in (base, cand)]
+    monkeypatch.setattr(rankgate.compare_read, "HELD_RANKING_BYTES", sum(sizes) // 4)
+    seen = _used(monkeypatch)
+    mixed = compare(base, cand, **options)
+    assert seen == [("base.jsonl", True), ("cand.jsonl", False)]
+    _assert_same(held, mixed)
+
+
+def test_a_held_candidate_with_every_query_in_another_order_is_put_in_the_baselines(
+    tmp_path: Path,
+) -> None:
+    # Every baseline query, listed backwards: taking the candidate's rows in the baseline's order
+    # once returned the candidate unchanged (as many rows as the table), so its values were
+    # segmented by other queries' attributes and the injected regression went unflagged.
+    baseline, regressed, _ = ab_traces(seed=10)
+    base = _write(tmp_path / "base.jsonl", baseline)
+    backwards = _write(tmp_path / "backwards.jsonl", list(reversed(regressed)))
+    in_order = _write(tmp_path / "in_order.jsonl", regressed)
+    options: dict[str, Any] = {
+        "metrics": AB_METRICS,
+        "settings": SEGMENTED,
+        "policy": GatePolicy(gate_on="lower_bound"),
+        "gates": [parse_gate("ndcg@10>=0.3")],
+    }
+    expected = compare(base, in_order, **options)
+    found = compare(base, backwards, **options)
+    assert [c.statistics() for c in found.cells] == [c.statistics() for c in expected.cells]
+    assert ("query_type", "multi_hop", "ndcg@10") in {
+        (c.segment.field, c.segment.value, str(c.metric))
+        for c in found.cells
+        if c.flag == "regression" and c.segment is not None
+    }
+
+
+def test_an_interrupt_while_the_scoring_thread_is_behind_leaves_no_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C while the reader waits to hand over the end of a side: the scoring thread must
+    # still end (it once waited for ever, and the process could not exit).
+    import rankgate.compare_read
+
+    ahead_module = sys.modules["rankgate.compare_ahead"]
+    baseline, regressed, _ = ab_traces(seed=5)
+    base = _write(tmp_path / "base.jsonl", baseline)
+    cand = _write(tmp_path / "cand.jsonl", regressed)
+    monkeypatch.setattr(rankgate.compare_read, "HELD_RANKING_BYTES", 0)
+    original = ahead_module.ScoredAhead._put
+
+    def interrupted(self: Any, item: Any) -> None:
+        if item is ahead_module._END:
+            raise KeyboardInterrupt
+        original(self, item)
+
+    monkeypatch.setattr(ahead_module.ScoredAhead, "_put", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        compare(base, cand, metrics=AB_METRICS, settings=SEGMENTED)
+    left = [t.name for t in threading.enumerate() if t.name.startswith("rankgate-ahead")]
+    assert left == []

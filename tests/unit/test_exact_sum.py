@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,3 +56,27 @@ def test_edges() -> None:
     assert exact_sum(np.array([-1e308, -1e308])) == -math.inf
     assert exact_sum(np.array([math.inf, 1.0])) == math.inf
     assert math.isnan(exact_sum(np.array([math.nan, 1.0])))
+
+
+def test_blocks_of_any_size_give_the_one_correctly_rounded_sum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Blocks are summed apart and combined as integers: a later block with a smaller lowest
+    # exponent (tiny values after large ones) shifts the running total, and cancellation across
+    # blocks must leave the exact remainder.
+    import rankgate.stats
+
+    rng = np.random.default_rng(5)
+    values = np.concatenate(
+        [
+            rng.random(50) * 1e300,
+            rng.random(50) * 1e-300,
+            -rng.random(50),
+            np.array([5e-324, -1e300, 1e300, 3.0]),
+        ]
+    )
+    rng.shuffle(values)
+    expected = math.fsum(values.tolist())
+    for block in (1, 2, 7, 64, 1 << 20):
+        monkeypatch.setattr(rankgate.stats, "_EXACT_BLOCK", block)
+        assert exact_sum(values) == expected, block
