@@ -22,6 +22,13 @@ from rankgate import InputError, Settings, compare
 from rankgate.gates import GatePolicy, parse_gate
 
 SEGMENTED = Settings(segment_by=("query_type",))
+# Gates decided on an interval bound: the sides' intervals are resampled in query order.
+ON_BOUNDS: dict[str, Any] = {
+    "metrics": AB_METRICS,
+    "settings": SEGMENTED,
+    "policy": GatePolicy(gate_on="lower_bound"),
+    "gates": [parse_gate("ndcg@10>=0.3")],
+}
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> str:
@@ -297,12 +304,7 @@ def test_a_held_candidate_beside_a_baseline_scored_while_read_keeps_the_baseline
     long = [{**row, "retrieved_ids": row["retrieved_ids"] + padding} for row in baseline]
     base = _write(tmp_path / "base.jsonl", long)
     cand = _write(tmp_path / "cand.jsonl", list(reversed(regressed)))
-    options: dict[str, Any] = {
-        "metrics": AB_METRICS,
-        "settings": SEGMENTED,
-        "policy": GatePolicy(gate_on="lower_bound"),
-        "gates": [parse_gate("ndcg@10>=0.3")],
-    }
+    options = ON_BOUNDS
     held = compare(base, cand, **options)
     # A budget between the two sides' rankings: the baseline streams, the candidate is held.
     sizes = [Path(path).stat().st_size for path in (base, cand)]
@@ -323,12 +325,7 @@ def test_a_held_candidate_with_every_query_in_another_order_is_put_in_the_baseli
     base = _write(tmp_path / "base.jsonl", baseline)
     backwards = _write(tmp_path / "backwards.jsonl", list(reversed(regressed)))
     in_order = _write(tmp_path / "in_order.jsonl", regressed)
-    options: dict[str, Any] = {
-        "metrics": AB_METRICS,
-        "settings": SEGMENTED,
-        "policy": GatePolicy(gate_on="lower_bound"),
-        "gates": [parse_gate("ndcg@10>=0.3")],
-    }
+    options = ON_BOUNDS
     expected = compare(base, in_order, **options)
     found = compare(base, backwards, **options)
     assert [c.statistics() for c in found.cells] == [c.statistics() for c in expected.cells]
