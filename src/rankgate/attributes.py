@@ -115,7 +115,13 @@ class QueryIds(Sequence[str]):
 
     def extend_arrow(self, ids: Any) -> None:
         """Append an Arrow string array without nulls."""
+        import pyarrow as pa
+
         if len(ids):
+            # Kept as 32-bit offsets (a chunk's IDs are far below 2 GiB): 4 bytes a query less
+            # than the readers' large strings, 40 MB at ten million queries. ``to_arrow`` widens.
+            if pa.types.is_large_string(ids.type) and ids.nbytes < 1 << 30:
+                ids = ids.cast(pa.string())
             self._blocks.append(ids)
             self._starts.append(self._length)
             self._length += len(ids)
