@@ -67,6 +67,43 @@ Flags = npt.NDArray[np.uint8]
 _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
 
+def cut_rankings(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]] | None:
+    """``store.columns.split_rankings`` in C (``_join.cut_rankings``): the same list column and
+    unread rows, the IDs copied out in two passes over the text. None without the extension, or
+    for a text column of another type (the caller cuts it with pyarrow)."""
+    if _join is None:
+        return None
+    import pyarrow as pa
+
+    wide = pa.types.is_large_string(texts.type)
+    if not (wide or pa.types.is_string(texts.type)):
+        return None
+    count = len(texts)
+    width = 8 if wide else 4
+    buffers = texts.buffers()
+    if buffers[1] is None:
+        return None
+    offsets = memoryview(buffers[1])[texts.offset * width : (texts.offset + count + 1) * width]
+    data = buffers[2] if buffers[2] is not None else b""
+    valid = np.ones(count, dtype=np.uint8)
+    if texts.null_count:
+        valid = np.asarray(texts.is_valid(), dtype=np.uint8)
+    wanted = np.ascontiguousarray(np.asarray(lengths.fill_null(-1)), dtype=np.int64)
+    list_offsets, value_offsets, values, unread = _join.cut_rankings(
+        offsets, data, count, wide, valid, wanted
+    )
+    pieces = len(value_offsets) // width - 1
+    text_type = pa.large_string() if wide else pa.string()
+    items = pa.Array.from_buffers(
+        text_type, pieces, [None, pa.py_buffer(value_offsets), pa.py_buffer(values)], null_count=0
+    )
+    kind = pa.large_list(text_type) if wide else pa.list_(text_type)
+    ranking = pa.Array.from_buffers(
+        kind, count, [None, pa.py_buffer(list_offsets)], null_count=0, children=[items]
+    )
+    return ranking, np.frombuffer(unread, dtype=np.bool_)
+
+
 def compiled_string_hashes(strings: Any) -> npt.NDArray[np.uint64] | None:
     """The hash ``store.columns.string_hashes`` defines, of each string of an Arrow string
     column, computed in C; None without the extension (the caller computes it with numpy)."""
@@ -392,6 +429,7 @@ def score(
     defaults: Mapping[str, float],
     *,
     native: bool = True,
+    scratch: Scratch | None = None,
 ) -> dict[MetricSpec, Floats]:
     """Per-query values of every spec over ``batch``: compiled twins in one pass, the rest (or all,
     when ``native`` is False or the extension is missing) by their numpy definitions.
@@ -411,11 +449,75 @@ def score(
             key = spec.definition.unjudged_policy(dict(spec.params), defaults)
             by_policy.setdefault(key, []).append((spec, code))
     for (policy, grade), twins in by_policy.items():
-        values.update(_score_twins(batch.under_unjudged(policy, grade), twins, defaults))
+        seen = under_unjudged(batch, policy, grade, scratch)
+        values.update(_score_twins(seen, twins, defaults))
     for spec in specs:
         if spec not in values:
             values[spec] = spec.compute(batch, defaults)
     return {spec: values[spec] for spec in specs}
+
+
+def under_unjudged(
+    batch: RankedBatch, policy: str, grade: float, scratch: Scratch | None = None
+) -> RankedBatch:
+    """``batch.under_unjudged(policy, grade)``, with the ``relevant`` policy's batch built by the
+    compiled pass (``with_unjudged_relevant``)."""
+    if policy == "relevant":
+        return with_unjudged_relevant(batch, grade, scratch)
+    return batch.under_unjudged(policy, grade)
+
+
+def with_unjudged_relevant(
+    batch: RankedBatch, grade: float, scratch: Scratch | None = None
+) -> RankedBatch:
+    """``batch.with_unjudged_relevant(grade)``, equal to the bit, in one compiled pass per query
+    (the numpy definition makes a dozen passes over the ranked positions, and was a fifth of an
+    evaluation's scoring: every evaluation scores its metrics under this policy too, for the
+    unjudged-document range). The definition runs without the extension, or for a batch whose
+    offsets do not span its arrays from 0 (none the join builds). With ``scratch``, the arrays
+    are its own (valid until its next use): fresh ones cost more in page faults than the pass."""
+    judged = batch.ranked_judged
+    ranked, labels = batch.ranked_offsets, batch.label_offsets
+    if (
+        _join is None
+        or not len(ranked)
+        or not len(labels)
+        or ranked[0] != 0
+        or labels[0] != 0
+        or ranked[-1] != len(batch.ranked_grades)
+        or labels[-1] != len(batch.label_grades)
+    ):
+        return batch.with_unjudged_relevant(grade)
+    unjudged = len(judged) - int(np.count_nonzero(judged))
+    if not unjudged:
+        return batch
+    if scratch is None:
+        scratch = Scratch()
+    ranked_grades = scratch.array("unjudged_ranked_grades", len(batch.ranked_grades), np.float64)
+    label_offsets = scratch.array("unjudged_label_offsets", len(labels), np.int64)
+    label_grades = scratch.array(
+        "unjudged_label_grades", len(batch.label_grades) + unjudged, np.float64
+    )
+    all_judged = scratch.array("unjudged_judged", len(judged), np.bool_)
+    all_judged.fill(True)
+    _join.unjudged_relevant(
+        np.ascontiguousarray(ranked, dtype=np.int64),
+        np.ascontiguousarray(batch.ranked_grades, dtype=np.float64),
+        np.ascontiguousarray(judged).view(np.uint8),
+        np.ascontiguousarray(labels, dtype=np.int64),
+        np.ascontiguousarray(batch.label_grades, dtype=np.float64),
+        float(grade),
+        ranked_grades,
+        label_offsets,
+        label_grades,
+    )
+    return RankedBatch(
+        ranked_offsets=ranked,
+        ranked_grades=ranked_grades,
+        ranked_judged=all_judged,
+        label_offsets=label_offsets,
+        label_grades=label_grades,
+    )
 
 
 def _score_twins(

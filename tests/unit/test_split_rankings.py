@@ -5,6 +5,7 @@ damaged length makes the row the validator's, never a ranking with other IDs."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +36,14 @@ def oracle(texts: list[str | None], lengths: list[int | None]) -> tuple[list, li
     return rankings, unread
 
 
+# The compiled cut that runs where the extension is built, and pyarrow's, which runs without it.
+CUTS = {
+    "compiled": columns.split_rankings,
+    "arrow": columns._split_rankings_with_arrow,
+}
+
+
+@pytest.mark.parametrize("cut_with", CUTS.values(), ids=list(CUTS))
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -48,7 +57,7 @@ def oracle(texts: list[str | None], lengths: list[int | None]) -> tuple[list, li
     st.booleans(),
     st.integers(0, 4),
 )
-def test_the_compiled_cut_and_the_fallback_equal_the_oracle(rows, nudges, large, cut):
+def test_the_compiled_cut_and_the_fallback_equal_the_oracle(cut_with, rows, nudges, large, cut):
     texts = [None if row is None else row[0] for row in rows]
     # Some lengths are off by a little, as an ID holding the separator makes them.
     lengths = [
@@ -58,6 +67,19 @@ def test_the_compiled_cut_and_the_fallback_equal_the_oracle(rows, nudges, large,
     text_array = pa.array(texts, pa.large_string() if large else pa.string()).slice(cut)
     length_array = pa.array(lengths, pa.int32()).slice(cut)
     expected = oracle(texts[cut:], lengths[cut:])
-    rankings, unread = columns.split_rankings(text_array, length_array)
+    rankings, unread = cut_with(text_array, length_array)
+    rankings.validate(full=True)
     assert unread.tolist() == expected[1]
     assert [row or [] for row in rankings.to_pylist()] == expected[0]
+
+
+def test_the_cut_runs_compiled_where_the_extension_is_built() -> None:
+    """Without this, losing the compiled cut (it returns None and pyarrow cuts) would pass."""
+    from rankgate import fast
+
+    if not fast.available():
+        pytest.skip("built without the compiled extension")
+    cut = fast.cut_rankings(pa.array([f"a{SEP}b", None]), pa.array([2, 1]))
+    assert cut is not None
+    assert cut[0].to_pylist() == [["a", "b"], []]
+    assert cut[1].tolist() == [False, True]

@@ -133,9 +133,12 @@ def open_source(
     if _is_source(data):
         source: TraceSource = data
         return source
-    table = arrow_table(data)
+    utf8: set[str] = set()
+    table = arrow_table(data, utf8)
     if table is not None:
-        return ArrowSource.table(f"<{type(data).__name__}>", table)
+        converted = ArrowSource.table(f"<{type(data).__name__}>", table)
+        converted.utf8_columns = frozenset(utf8)
+        return converted
     # A run as pytrec_eval, ranx or ir_measures hold it; an iterator comes back peeked.
     data, run = run_source(data)
     if run is not None:

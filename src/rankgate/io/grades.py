@@ -99,6 +99,15 @@ def struct_as_map(scores: Any, slow: npt.NDArray[np.bool_]) -> Any:
     if any(not name or utf8_length(name) > limits.MAX_ID_BYTES for name in names):
         slow |= present_rows
     children = scores.flatten()  # each field with the row's own nulls and any slice applied
+    compiled = _compiled_entries(children, rows, slow)
+    if compiled is not None:
+        offsets, keys, grades = compiled
+        return pa.MapArray.from_arrays(
+            pa.array(offsets.astype(np.int32)),
+            pa.array(names, pa.large_string()).take(pa.array(keys)),
+            pa.array(grades),
+            mask=pc.invert(valid),
+        )
     counts = np.zeros(rows, dtype=np.int64)
     found: list[tuple[int, npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []
     for index, child in enumerate(children):
@@ -133,6 +142,66 @@ def struct_as_map(scores: Any, slow: npt.NDArray[np.bool_]) -> Any:
         keys,
         pa.array(grades),
         mask=pc.invert(valid),
+    )
+
+
+def compiled_number_types() -> list[Any]:
+    """The Arrow number types ``_join.struct_entries`` converts, in the order of its codes."""
+    import pyarrow as pa
+
+    widths = (8, 16, 32, 64)
+    return [
+        *(pa.int8(), pa.int16(), pa.int32(), pa.int64()),
+        *(getattr(pa, f"uint{bits}")() for bits in widths),
+        pa.float32(),
+        pa.float64(),
+    ]
+
+
+def _number_codes() -> dict[int, int]:
+    """Arrow type ids of the numbers ``_join.struct_entries`` converts, to its codes."""
+    return {kind.id: code for code, kind in enumerate(compiled_number_types())}
+
+
+def _compiled_entries(
+    children: list[Any], rows: int, slow: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.float64]] | None:
+    """The map entries of a struct's flattened fields in one compiled pass (``_join.
+    struct_entries``): offsets per row, each entry's field (its index in the struct) and grade.
+    Marks ``slow`` the rows holding a value in a field that is not a number, as the field-by-field
+    conversion does. None without the extension, or with a field of a number type it does not
+    convert (half floats), before marking anything."""
+    from rankgate import fast
+
+    if fast._join is None:
+        return None
+    codes = _number_codes()
+    fields: list[tuple[Any, int, Any, int]] = []
+    indices: list[int] = []
+    others: list[Any] = []
+    for index, child in enumerate(children):
+        if child.null_count == rows:
+            continue
+        code = codes.get(child.type.id)
+        if code is None:
+            import pyarrow as pa
+
+            if pa.types.is_integer(child.type) or pa.types.is_floating(child.type):
+                return None
+            others.append(child)
+            continue
+        validity, values = child.buffers()[:2]
+        fields.append((validity if child.null_count else None, child.offset, values, code))
+        indices.append(index)
+    for child in others:
+        slow |= numpy_of(child.is_valid())
+    offsets, field_of, grades = fast._join.struct_entries(rows, fields)
+    positions = np.frombuffer(field_of, dtype=np.int32)
+    keys = np.asarray(indices, dtype=np.int32)[positions] if len(indices) else positions
+    return (
+        np.frombuffer(offsets, dtype=np.int64),
+        keys,
+        np.frombuffer(grades, dtype=np.float64),
     )
 
 

@@ -35,6 +35,8 @@ class ArrowSource:
     #: every row is valid, in the normalised types (large strings, ``large_list`` IDs, a
     #: ``map<large_string, double>`` of grades), and the columnar reader takes them as they are.
     normalised = False
+    #: Columns whose text is valid UTF-8 by construction (see ``arrow_table``), not checked again.
+    utf8_columns: frozenset[str] = frozenset()
 
     def __init__(
         self, name: str, *, path: Path | None = None, table: Any = None, total: int | None
@@ -410,9 +412,12 @@ class RecordsSource:
                 return None
             return _RecordsTable(self, pa.Table.from_struct_array(rows), records)
         arrays = {}
+        utf8: set[str] = set()
         for name in names:
             cells = [record.get(name) for record in records]
             array = text_list_array(cells) if _has_type(cells, list) else None
+            if array is not None:
+                utf8.add(name)  # encoded from str objects: valid UTF-8
             if array is None and _has_type(cells, dict):
                 array = grade_map_array(cells)
             if array is None:
@@ -425,7 +430,9 @@ class RecordsSource:
             pa.StructArray.from_arrays(list(arrays.values()), names=list(arrays))
         ):
             return None
-        return _RecordsTable(self, pa.table(arrays), records)
+        converted = _RecordsTable(self, pa.table(arrays), records)
+        converted.utf8_columns = frozenset(utf8)
+        return converted
 
 
 # Dicts with more distinct keys than this are converted by Arrow's inference in one pass.
@@ -504,8 +511,10 @@ def _compacted(batch: Any) -> Any:
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema) if changed else batch
 
 
-def arrow_table(data: Any) -> Any | None:
-    """An Arrow table for a pandas, polars or Arrow object; None for anything else."""
+def arrow_table(data: Any, utf8: set[str] | None = None) -> Any | None:
+    """An Arrow table for a pandas, polars or Arrow object; None for anything else. ``utf8``
+    gathers the names of the columns whose text is valid UTF-8 by construction (lists of str
+    encoded by ``io.cells``), which the columnar reader need not check again."""
     module = type(data).__module__.split(".", 1)[0]
     if module not in ("pyarrow", "pandas", "polars"):
         return None
@@ -520,7 +529,7 @@ def arrow_table(data: Any) -> Any | None:
     if module == "pandas":
         try:
             return _with_grade_maps(
-                data, lambda frame: pa.Table.from_pandas(frame, preserve_index=False)
+                data, lambda frame: pa.Table.from_pandas(frame, preserve_index=False), utf8
             )
         except pa.ArrowException:
             pass
@@ -529,7 +538,9 @@ def arrow_table(data: Any) -> Any | None:
         # does for a dict, and convert again.
         try:
             return _with_grade_maps(
-                _text_keyed(data), lambda frame: pa.Table.from_pandas(frame, preserve_index=False)
+                _text_keyed(data),
+                lambda frame: pa.Table.from_pandas(frame, preserve_index=False),
+                utf8,
             )
         except pa.ArrowException as problem:
             raise UsageError(f"cannot convert the DataFrame to Arrow: {problem}") from None
@@ -542,7 +553,9 @@ def arrow_table(data: Any) -> Any | None:
 _GRADE_TYPES = frozenset({int, float, type(None)})
 
 
-def _with_grade_maps(frame: Any, convert: Callable[[Any], Any]) -> Any:
+def _with_grade_maps(
+    frame: Any, convert: Callable[[Any], Any], utf8: set[str] | None = None
+) -> Any:
     """``convert(frame)``, with each object column whose cells are all dicts of text -> number
     (or missing) converted straight to a map column (``int64`` grades when all are whole numbers,
     else ``float64``), and each whose cells are all lists of text converted in C (``io.cells``).
@@ -570,6 +583,8 @@ def _with_grade_maps(frame: Any, convert: Callable[[Any], Any]) -> Any:
             ranking = text_list_array(cells)
             if ranking is not None:
                 maps[name] = ranking
+                if utf8 is not None:
+                    utf8.add(name)  # encoded from str objects: valid UTF-8
             continue
         if not kinds <= {dict, type(None)} or kinds == {type(None)}:
             continue

@@ -553,6 +553,15 @@ def group_labels(query_ids: Any, documents: Any, grades: Any, *, ordered: bool) 
     import pyarrow.compute as pc
 
     count = len(query_ids)
+    runs = _grouped_runs(query_ids)
+    if runs is not None:
+        # Each query's rows already together (a store holds them so, in the order they were
+        # written): the groups are the runs, and no ID is hashed but the first of each.
+        starts, heads, hashes = runs
+        offsets = np.append(starts, count).astype(np.int32)
+        maps = pa.MapArray.from_arrays(pa.array(offsets), documents, grades)
+        by_hash = np.argsort(hashes, kind="stable").astype(np.int64)
+        return LabelGroups(heads, maps, hashes[by_hash], by_hash, ordered)
     unique = pa.array([], pa.large_string())
     codes = np.zeros(0, dtype=np.int64)
     if count:
@@ -577,6 +586,41 @@ def group_labels(query_ids: Any, documents: Any, grades: Any, *, ordered: bool) 
     return LabelGroups(unique, maps, hashes[by_hash], by_hash, ordered)
 
 
+def _grouped_runs(
+    query_ids: Any,
+) -> tuple[npt.NDArray[np.int64], Any, npt.NDArray[np.uint64]] | None:
+    """When every query's label rows are one run of equal IDs: where each run starts, each run's
+    ID (``large_string``) and their hashes. None when some query has rows in two runs (the caller
+    groups by hashing every ID), or an ID is null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pieces = query_ids.chunks if isinstance(query_ids, pa.ChunkedArray) else [query_ids]
+    pieces = [piece for piece in pieces if len(piece)]
+    if not pieces or any(piece.null_count for piece in pieces):
+        return None
+    starts: list[npt.NDArray[np.int64]] = []
+    first = 0
+    last: Any = None
+    for piece in pieces:
+        changed = np.flatnonzero(np.asarray(pc.not_equal(piece[1:], piece[:-1]))) + 1
+        if last is None or piece[0].as_py() != last:
+            changed = np.concatenate([[0], changed])
+        starts.append(changed.astype(np.int64) + first)
+        first += len(piece)
+        last = piece[-1].as_py()
+    begin = np.concatenate(starts)
+    heads = query_ids.take(pa.array(begin))
+    if isinstance(heads, pa.ChunkedArray):
+        heads = heads.combine_chunks()
+    heads = heads.cast(pa.large_string())
+    hashes = string_hashes(heads)
+    ordered = np.sort(hashes)
+    if len(ordered) > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
+        return None  # a query in two runs (or two IDs sharing a hash): group by every ID
+    return begin, heads, hashes
+
+
 def line_data(lines: Any) -> Any:
     """The bytes of an Arrow string column of newline-ended lines, as one buffer (no copy)."""
     import pyarrow as pa
@@ -596,8 +640,17 @@ def split_rankings(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]
     """PostgreSQL's rankings sent as separator-joined text (see the module's docstring), as a
     list column, and which rows the validator must read: nulls, and those whose pieces do not
     number the array's ``lengths``. Splitting at U+001F cannot cut a UTF-8 character (an ASCII
-    byte is never part of one). (A compiled cut was tried: 25% faster than Arrow's
-    ``split_pattern`` on this, whose time goes to copying the IDs out, in the reading thread.)"""
+    byte is never part of one). Cut in C when the extension is built (``fast.cut_rankings``):
+    Arrow's ``split_pattern`` appends each ID through a builder, and took as long as the driver's
+    whole decoding of the rows."""
+    compiled = fast.cut_rankings(texts, lengths)
+    if compiled is not None:
+        return compiled
+    return _split_rankings_with_arrow(texts, lengths)
+
+
+def _split_rankings_with_arrow(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]]:
+    """``split_rankings`` without the extension, through pyarrow's ``split_pattern``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
