@@ -433,15 +433,21 @@ static inline double ratio(double numerator, double denominator) {
 }
 
 /* score(ranked_offsets, ranked_grades, ranked_judged, label_offsets, label_grades, discounts,
- *       codes, cutoffs, rels, out)
+ *       codes, cutoffs, rels, out[, unjudged_grade])
  *
  * out[m * n + q] = metric m of query q. `discounts[r]` is log2(r + 2), computed by numpy so both
- * paths divide by the same numbers; a cutoff < 0 means none. */
+ * paths divide by the same numbers; a cutoff < 0 means none. With `unjudged_grade` (not NaN), each
+ * query is scored as RankedBatch.with_unjudged_relevant(unjudged_grade) makes it (batch.py): its
+ * unjudged documents take that grade, at their ranks and among its labels. The query's arrays are
+ * made over again in two small buffers, where the definition makes a whole batch of them: the
+ * same numbers, in cache. `discounts` must then cover a query's labels plus its ranking. */
 static PyObject *score(PyObject *self, PyObject *args) {
     PyObject *objs[10];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9]))
+    double unjudged_grade = NAN;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO|d", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &unjudged_grade))
         return NULL;
+    int relevant_policy = !isnan(unjudged_grade);
     static const char *names[10] = {"ranked_offsets", "ranked_grades", "ranked_judged",
                                     "label_offsets", "label_grades", "discounts", "codes",
                                     "cutoffs", "rels", "out"};
@@ -472,16 +478,32 @@ static PyObject *score(PyObject *self, PyObject *args) {
     for (size_t j = 0; j < m && !failure; j++) {
         if (codes[j] < 0 || codes[j] >= M_COUNT) failure = "unknown metric code";
     }
-    /* Offsets must rise and stay inside the arrays; discounts must cover the longest list. */
+    /* Offsets must rise and stay inside the arrays; discounts must cover the longest list (under
+     * the relevant policy, a query's labels and its ranking together). */
+    size_t longest_ranking = 0, longest_ideal = 0;
     for (size_t q = 0; q < n && !failure; q++) {
         if (ranked_offsets[q] < 0 || ranked_offsets[q + 1] < ranked_offsets[q] ||
             (size_t)ranked_offsets[q + 1] > n_grades || label_offsets[q] < 0 ||
-            label_offsets[q + 1] < label_offsets[q] || (size_t)label_offsets[q + 1] > n_labels ||
-            (size_t)(ranked_offsets[q + 1] - ranked_offsets[q]) > n_discounts ||
-            (size_t)(label_offsets[q + 1] - label_offsets[q]) > n_discounts)
+            label_offsets[q + 1] < label_offsets[q] || (size_t)label_offsets[q + 1] > n_labels) {
             failure = "offsets out of range or discounts too short";
+            break;
+        }
+        size_t ranked = (size_t)(ranked_offsets[q + 1] - ranked_offsets[q]);
+        size_t ideal = (size_t)(label_offsets[q + 1] - label_offsets[q]) + (relevant_policy ? ranked : 0);
+        if (ranked > n_discounts || ideal > n_discounts)
+            failure = "offsets out of range or discounts too short";
+        if (ranked > longest_ranking) longest_ranking = ranked;
+        if (ideal > longest_ideal) longest_ideal = ideal;
+    }
+    double *own_grades = NULL, *own_ideal = NULL;
+    if (!failure && relevant_policy) {
+        own_grades = malloc((longest_ranking + 1) * sizeof(double));
+        own_ideal = malloc((longest_ideal + 1) * sizeof(double));
+        if (own_grades == NULL || own_ideal == NULL) failure = "out of memory";
     }
     if (failure) {
+        free(own_grades);
+        free(own_ideal);
         release(bufs, 10);
         PyErr_Format(PyExc_ValueError, "score: %s", failure);
         return NULL;
@@ -493,6 +515,26 @@ static PyObject *score(PyObject *self, PyObject *args) {
         int64_t length = ranked_offsets[q + 1] - ranked_offsets[q];
         const double *ideal = label_grades + label_offsets[q];
         int64_t n_ideal = label_offsets[q + 1] - label_offsets[q];
+        int all_judged = 0;
+        if (relevant_policy) {
+            /* with_unjudged_relevant for this query alone (batch.py is the definition). */
+            int64_t added = 0;
+            for (int64_t r = 0; r < length; r++) {
+                if (judged_here[r]) {
+                    own_grades[r] = g[r];
+                } else {
+                    own_grades[r] = unjudged_grade;
+                    added++;
+                }
+            }
+            for (int64_t j = 0; j < n_ideal + added; j++) own_ideal[j] = unjudged_grade;
+            for (int64_t j = 0; j < n_ideal; j++)
+                own_ideal[j + (ideal[j] <= unjudged_grade ? added : 0)] = ideal[j];
+            g = own_grades;
+            ideal = own_ideal;
+            n_ideal += added;
+            all_judged = 1;
+        }
         for (size_t j = 0; j < m; j++) {
             int code = codes[j];
             int64_t k = cutoffs[j];
@@ -563,8 +605,8 @@ static PyObject *score(PyObject *self, PyObject *args) {
                 break;
             }
             case M_JUDGED: {
-                int64_t labeled = 0;
-                for (int64_t r = 0; r < depth; r++) labeled += judged_here[r] != 0;
+                int64_t labeled = all_judged ? depth : 0;
+                for (int64_t r = 0; r < depth && !all_judged; r++) labeled += judged_here[r] != 0;
                 value = ratio((double)labeled, (double)depth);
                 break;
             }
@@ -573,107 +615,9 @@ static PyObject *score(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
+    free(own_grades);
+    free(own_ideal);
     release(bufs, 10);
-    Py_RETURN_NONE;
-}
-
-/* The arrays of a RankedBatch (batch.py), as the first five buffers of a call hold them. */
-typedef struct {
-    const int64_t *ranked_offsets;
-    const double *grades;
-    const uint8_t *judged;
-    const int64_t *label_offsets;
-    const double *label_grades;
-} BatchView;
-
-static BatchView batch_view(const Buf *bufs) {
-    BatchView view = {DATA(bufs[0], const int64_t), DATA(bufs[1], const double),
-                      DATA(bufs[2], const uint8_t), DATA(bufs[3], const int64_t),
-                      DATA(bufs[4], const double)};
-    return view;
-}
-
-/* unjudged_relevant(ranked_offsets, ranked_grades, ranked_judged, label_offsets, label_grades,
- *                   grade, out_ranked_grades, out_label_offsets, out_label_grades)
- *
- * RankedBatch.with_unjudged_relevant in one pass per query (batch.py holds the definition, which
- * this equals to the bit, and which runs without the extension): every unjudged ranked position
- * takes `grade`, and each query gains that many labels of `grade`, placed after its labels graded
- * above `grade` (the labels stay sorted from highest to lowest). The caller sizes the outputs:
- * as many ranked grades, n + 1 label offsets, and the labels plus one per unjudged position. The
- * numpy version made a dozen passes over the ranked positions, with int64 temporaries. */
-static PyObject *unjudged_relevant(PyObject *self, PyObject *args) {
-    PyObject *objs[8];
-    double grade;
-    if (!PyArg_ParseTuple(args, "OOOOOdOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                          &grade, &objs[5], &objs[6], &objs[7]))
-        return NULL;
-    static const char *names[8] = {"ranked_offsets", "ranked_grades", "ranked_judged",
-                                   "label_offsets", "label_grades", "out_ranked_grades",
-                                   "out_label_offsets", "out_label_grades"};
-    static const Py_ssize_t sizes[8] = {8, 8, 1, 8, 8, 8, 8, 8};
-    Buf bufs[8];
-    if (get_buffers(objs, bufs, 8, sizes, names, 5) < 0) return NULL;
-    const BatchView in = batch_view(bufs);
-    const int64_t *ranked_offsets = in.ranked_offsets, *label_offsets = in.label_offsets;
-    double *out_grades = DATA(bufs[5], double);
-    int64_t *out_offsets = DATA(bufs[6], int64_t);
-    double *out_labels = DATA(bufs[7], double);
-    size_t n_offsets = COUNT(bufs[0], int64_t);
-    size_t n = n_offsets ? n_offsets - 1 : 0;
-    size_t n_grades = COUNT(bufs[1], double), n_labels = COUNT(bufs[4], double);
-    size_t n_out_labels = COUNT(bufs[7], double);
-    const char *failure = NULL;
-    if (!n_offsets || COUNT(bufs[3], int64_t) != n_offsets || COUNT(bufs[2], uint8_t) != n_grades ||
-        COUNT(bufs[5], double) != n_grades || COUNT(bufs[6], int64_t) != n_offsets)
-        failure = "array lengths disagree";
-    /* Offsets must start at 0, rise and stay inside their arrays, and the added labels (one per
-     * unjudged position) must fit the output. */
-    size_t unjudged = 0;
-    if (!failure && (ranked_offsets[0] != 0 || label_offsets[0] != 0 ||
-                     (size_t)ranked_offsets[n] != n_grades || (size_t)label_offsets[n] != n_labels))
-        failure = "offsets must span their arrays from 0";
-    for (size_t q = 0; q < n && !failure; q++) {
-        if (ranked_offsets[q + 1] < ranked_offsets[q] || (size_t)ranked_offsets[q + 1] > n_grades ||
-            label_offsets[q + 1] < label_offsets[q] || (size_t)label_offsets[q + 1] > n_labels)
-            failure = "offsets out of range";
-    }
-    if (!failure) {
-        for (size_t i = 0; i < (size_t)ranked_offsets[n]; i++) unjudged += in.judged[i] == 0;
-        if ((size_t)label_offsets[n] + unjudged != n_out_labels) failure = "output labels mis-sized";
-    }
-    if (failure) {
-        release(bufs, 8);
-        PyErr_Format(PyExc_ValueError, "unjudged_relevant: %s", failure);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    int64_t written = 0; /* labels written so far, old and added */
-    out_offsets[0] = 0;
-    for (size_t q = 0; q < n; q++) {
-        int64_t added = 0;
-        for (int64_t r = ranked_offsets[q]; r < ranked_offsets[q + 1]; r++) {
-            if (in.judged[r]) {
-                out_grades[r] = in.grades[r];
-            } else {
-                out_grades[r] = grade;
-                added++;
-            }
-        }
-        int64_t first = label_offsets[q], count = label_offsets[q + 1] - first;
-        double *here = out_labels + written;
-        for (int64_t j = 0; j < count + added; j++) here[j] = grade;
-        /* The same placement as the definition's: a label not above `grade` moves past the run
-         * of added ones (written in the same order, so even unsorted input agrees). */
-        for (int64_t j = 0; j < count; j++) {
-            double value = in.label_grades[first + j];
-            here[j + (value <= grade ? added : 0)] = value;
-        }
-        written += count + added;
-        out_offsets[q + 1] = written;
-    }
-    Py_END_ALLOW_THREADS
-    release(bufs, 8);
     Py_RETURN_NONE;
 }
 
@@ -1070,8 +1014,6 @@ static PyMethodDef methods[] = {
      "A struct column of grades as a map's entries, row by row."},
     {"cut_rankings", cut_rankings, METH_VARARGS,
      "Separator-joined rankings cut into an Arrow list column's buffers."},
-    {"unjudged_relevant", unjudged_relevant, METH_VARARGS,
-     "A RankedBatch with every unjudged document labeled one grade."},
     {NULL, NULL, 0, NULL},
 };
 

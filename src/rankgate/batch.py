@@ -13,8 +13,10 @@ This is the Arrow list layout (offsets + flat values), so kernels are whole-arra
 with no Python object per query or per document.
 
 The unjudged-document policies (the ``unjudged`` metric parameter) are batch transformations here,
-``condensed`` and ``with_unjudged_relevant``: a metric's kernel, and its compiled twin, then score
-the transformed batch unchanged, so no kernel knows about policies.
+``condensed`` and ``with_unjudged_relevant``: a metric's kernel then scores the transformed batch
+unchanged, so no numpy kernel knows about policies. (The compiled twins apply
+``with_unjudged_relevant`` query by query themselves, for speed; tests hold them equal to scoring
+this batch.)
 """
 
 from __future__ import annotations

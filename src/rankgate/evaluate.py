@@ -1196,12 +1196,7 @@ class _Accumulator:
         scored_rows = rows[status == fast.ROW_SCORED]
         # A fresh array (a difference of offsets), so the scratch's reuse cannot change it.
         depths = joined.batch.ranked_lengths
-        values = fast.score(
-            joined.batch,
-            self.computed,
-            {"rel": self.settings.relevance_threshold},
-            scratch=self.scratch,
-        )
+        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
         zero = joined.forced_zero[status == fast.ROW_SCORED]
         if zero.any():
             for column in values.values():
@@ -1326,12 +1321,7 @@ class _Accumulator:
         )
         if (joined.status != fast.ROW_SCORED).any():
             raise RuntimeError("a trace the validator accepted was not scored by the join")
-        values = fast.score(
-            joined.batch,
-            self.computed,
-            {"rel": self.settings.relevance_threshold},
-            scratch=self.scratch,
-        )
+        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
         zero = joined.forced_zero
         if zero.any():
             for column in values.values():
@@ -1554,12 +1544,7 @@ class _Accumulator:
             unique_map_keys=True,
             scratch=fast.Scratch(),
         )
-        values = fast.score(
-            joined.batch,
-            self.computed,
-            {"rel": self.settings.relevance_threshold},
-            scratch=self.scratch,
-        )
+        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
         return {spec: float(column[0]) for spec, column in values.items()}
 
     def _count_depths(self, depths: npt.NDArray[Any]) -> None:

@@ -429,15 +429,16 @@ def score(
     defaults: Mapping[str, float],
     *,
     native: bool = True,
-    scratch: Scratch | None = None,
 ) -> dict[MetricSpec, Floats]:
     """Per-query values of every spec over ``batch``: compiled twins in one pass, the rest (or all,
     when ``native`` is False or the extension is missing) by their numpy definitions.
 
-    A compiled twin knows no unjudged-document policy: a spec under a non-default one
-    (``unjudged=condensed`` / ``relevant``) runs its twin over the batch that policy makes
-    (``RankedBatch.under_unjudged``), built once per policy and grade, exactly the batch its
-    numpy definition would be handed.
+    A spec under ``unjudged=condensed`` runs its twin over the batch that policy makes
+    (``RankedBatch.under_unjudged``), built once, exactly the batch its numpy definition is
+    handed. Under ``unjudged=relevant`` (every evaluation's companions, for the unjudged range)
+    the twins make each query's arrays under the policy themselves, in C, equal to the bit to
+    scoring ``RankedBatch.with_unjudged_relevant``'s batch: that batch, ten bytes per ranked
+    document built and read back, was a fifth of the scoring.
     """
     values: dict[MetricSpec, Floats] = {}
     by_policy: dict[tuple[str, float], list[tuple[MetricSpec, int]]] = {}
@@ -449,84 +450,33 @@ def score(
             key = spec.definition.unjudged_policy(dict(spec.params), defaults)
             by_policy.setdefault(key, []).append((spec, code))
     for (policy, grade), twins in by_policy.items():
-        seen = under_unjudged(batch, policy, grade, scratch)
-        values.update(_score_twins(seen, twins, defaults))
+        if policy == "relevant":
+            # Scored query by query as ``with_unjudged_relevant(grade)`` makes it, in C.
+            values.update(_score_twins(batch, twins, defaults, unjudged_grade=grade))
+        else:
+            values.update(_score_twins(batch.under_unjudged(policy, grade), twins, defaults))
     for spec in specs:
         if spec not in values:
             values[spec] = spec.compute(batch, defaults)
     return {spec: values[spec] for spec in specs}
 
 
-def under_unjudged(
-    batch: RankedBatch, policy: str, grade: float, scratch: Scratch | None = None
-) -> RankedBatch:
-    """``batch.under_unjudged(policy, grade)``, with the ``relevant`` policy's batch built by the
-    compiled pass (``with_unjudged_relevant``)."""
-    if policy == "relevant":
-        return with_unjudged_relevant(batch, grade, scratch)
-    return batch.under_unjudged(policy, grade)
-
-
-def with_unjudged_relevant(
-    batch: RankedBatch, grade: float, scratch: Scratch | None = None
-) -> RankedBatch:
-    """``batch.with_unjudged_relevant(grade)``, equal to the bit, in one compiled pass per query
-    (the numpy definition makes a dozen passes over the ranked positions, and was a fifth of an
-    evaluation's scoring: every evaluation scores its metrics under this policy too, for the
-    unjudged-document range). The definition runs without the extension, or for a batch whose
-    offsets do not span its arrays from 0 (none the join builds). With ``scratch``, the arrays
-    are its own (valid until its next use): fresh ones cost more in page faults than the pass."""
-    judged = batch.ranked_judged
-    ranked, labels = batch.ranked_offsets, batch.label_offsets
-    if (
-        _join is None
-        or not len(ranked)
-        or not len(labels)
-        or ranked[0] != 0
-        or labels[0] != 0
-        or ranked[-1] != len(batch.ranked_grades)
-        or labels[-1] != len(batch.label_grades)
-    ):
-        return batch.with_unjudged_relevant(grade)
-    unjudged = len(judged) - int(np.count_nonzero(judged))
-    if not unjudged:
-        return batch
-    if scratch is None:
-        scratch = Scratch()
-    ranked_grades = scratch.array("unjudged_ranked_grades", len(batch.ranked_grades), np.float64)
-    label_offsets = scratch.array("unjudged_label_offsets", len(labels), np.int64)
-    label_grades = scratch.array(
-        "unjudged_label_grades", len(batch.label_grades) + unjudged, np.float64
-    )
-    all_judged = scratch.array("unjudged_judged", len(judged), np.bool_)
-    all_judged.fill(True)
-    _join.unjudged_relevant(
-        np.ascontiguousarray(ranked, dtype=np.int64),
-        np.ascontiguousarray(batch.ranked_grades, dtype=np.float64),
-        np.ascontiguousarray(judged).view(np.uint8),
-        np.ascontiguousarray(labels, dtype=np.int64),
-        np.ascontiguousarray(batch.label_grades, dtype=np.float64),
-        float(grade),
-        ranked_grades,
-        label_offsets,
-        label_grades,
-    )
-    return RankedBatch(
-        ranked_offsets=ranked,
-        ranked_grades=ranked_grades,
-        ranked_judged=all_judged,
-        label_offsets=label_offsets,
-        label_grades=label_grades,
-    )
-
-
 def _score_twins(
-    batch: RankedBatch, twins: Sequence[tuple[MetricSpec, int]], defaults: Mapping[str, float]
+    batch: RankedBatch,
+    twins: Sequence[tuple[MetricSpec, int]],
+    defaults: Mapping[str, float],
+    *,
+    unjudged_grade: float | None = None,
 ) -> dict[MetricSpec, Floats]:
-    """The compiled twins' values over one batch, in one pass per query."""
+    """The compiled twins' values over one batch, in one pass per query; with
+    ``unjudged_grade``, over ``batch.with_unjudged_relevant(unjudged_grade)`` (its queries made so
+    one at a time, never the whole batch: that batch's arrays were a fifth of the scoring)."""
     if not batch.n_queries:
         return {}
     longest = max(int(batch.ranked_lengths.max(initial=0)), int(batch.label_lengths.max(initial=0)))
+    if unjudged_grade is not None:
+        # Each unjudged document joins the ideal ranking.
+        longest = max(longest, int((batch.ranked_lengths + batch.label_lengths).max(initial=0)))
     # numpy computes the discounts, as the definitions do, so both divide by the same numbers.
     discounts = np.log2(np.arange(longest, dtype=np.float64) + 2.0)
     codes = np.array([code for _, code in twins], dtype=np.int32)
@@ -544,6 +494,7 @@ def _score_twins(
         cutoffs,
         rels,
         out,
+        *(() if unjudged_grade is None else (float(unjudged_grade),)),
     )
     return {spec: out[row] for row, (spec, _) in enumerate(twins)}
 

@@ -3,7 +3,6 @@ query by query in plain Python (an oracle that shares no code with ``batch.py``)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from rankgate import fast
 from rankgate.batch import BatchBuilder, RankedBatch
+from rankgate.spec import parse_metric
 
 GRADES = st.sampled_from([0.0, 1.0, 2.0, 3.0])
 
@@ -44,20 +44,10 @@ def _per_query(batch: RankedBatch) -> list[tuple[list[float], list[bool], list[f
     return rows
 
 
-# The definition (numpy, batch.py) and the compiled pass that scoring uses (fast.py).
-BUILDS: dict[str, Callable[[RankedBatch, float], RankedBatch]] = {
-    "definition": RankedBatch.with_unjudged_relevant,
-    "compiled": fast.with_unjudged_relevant,
-}
-
-
-@pytest.mark.parametrize("build", BUILDS.values(), ids=list(BUILDS))
 @settings(max_examples=300, deadline=None)
-@given(found=queries(), grade=GRADES)
+@given(queries(), GRADES)
 def test_unjudged_relevant_labels_each_unjudged_document_at_its_rank_and_among_the_ideal(
-    build: Callable[[RankedBatch, float], RankedBatch],
-    found: list[tuple[list[str], dict[str, float]]],
-    grade: float,
+    found: list[tuple[list[str], dict[str, float]]], grade: float
 ) -> None:
     builder = BatchBuilder()
     for ranking, labels in found:
@@ -74,7 +64,25 @@ def test_unjudged_relevant_labels_each_unjudged_document_at_its_rank_and_among_t
                 sorted(as_judged.values(), reverse=True),
             )
         )
-    assert _per_query(build(batch, grade)) == expected
+    assert _per_query(batch.with_unjudged_relevant(grade)) == expected
+
+
+# Every compiled twin, at cutoffs short and long and with none, each with its own rel.
+TWIN_METRICS = [
+    "ndcg@3",
+    "ndcg(gain=linear)@10",
+    "dcg@5",
+    "dcg(gain=linear)",
+    "precision@3",
+    "precision",
+    "recall@5",
+    "mrr",
+    "map",
+    "map(rel=2)",
+    "hit_rate@2",
+    "r_precision",
+    "judged@5",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -83,53 +91,32 @@ def test_unjudged_relevant_labels_each_unjudged_document_at_its_rank_and_among_t
     grade=st.floats(-2.0, 4.0, allow_nan=False),
     odd=st.lists(st.floats(-1.0, 4.0, allow_nan=False), max_size=40),
 )
-def test_the_compiled_pass_equals_the_definition_to_the_bit(
+def test_compiled_twins_under_unjudged_relevant_equal_them_over_the_definitions_batch(
     found: list[tuple[list[str], dict[str, float]]], grade: float, odd: list[float]
 ) -> None:
-    """Any grades (fractions, negatives, a policy grade between or equal to label grades): the
-    arrays are equal element for element, not only per query's values."""
+    """The compiled twins make each query's unjudged-relevant arrays themselves (``_join.score``
+    with an unjudged grade); scoring the batch the definition makes gives the same values to the
+    bit, for any grades (fractions, negatives, a policy grade between or equal to label grades)."""
+    if not fast.available():
+        pytest.skip("built without the compiled extension")
     builder = BatchBuilder()
     for number, (ranking, labels) in enumerate(found):
-        swapped = {
-            doc: odd[(number + i) % len(odd)] if odd else g
-            for i, (doc, g) in enumerate(labels.items())
-        }
-        builder.add(ranking, swapped)
+        builder.add(
+            ranking,
+            {
+                doc: odd[(number + i) % len(odd)] if odd else g
+                for i, (doc, g) in enumerate(labels.items())
+            },
+        )
     batch = builder.build()
-    expected, got = batch.with_unjudged_relevant(grade), fast.with_unjudged_relevant(batch, grade)
-    for name in (
-        "ranked_offsets",
-        "ranked_grades",
-        "ranked_judged",
-        "label_offsets",
-        "label_grades",
-    ):
-        assert np.array_equal(getattr(got, name), getattr(expected, name)), name
-        assert getattr(got, name).dtype == getattr(expected, name).dtype, name
-
-
-def test_the_compiled_pass_refuses_arrays_that_disagree() -> None:
-    """The compiled pass checks what it is handed before touching memory: a caller's mistake is
-    a ValueError, never a read or write past an array."""
-    from rankgate import _join
-
-    offsets = np.array([0, 3], dtype=np.int64)
-    grades = np.zeros(3)
-    judged = np.zeros(3, dtype=np.uint8)
-    labels = np.array([0, 1], dtype=np.int64)
-    label_grades = np.ones(1)
-    good = (np.empty(3), np.empty(2, dtype=np.int64), np.empty(4))
-    _join.unjudged_relevant(offsets, grades, judged, labels, label_grades, 1.0, *good)
-    assert good[2].tolist() == [1.0, 1.0, 1.0, 1.0]
-    too_short = (np.empty(3), np.empty(2, dtype=np.int64), np.empty(3))
-    beyond = np.array([0, 4], dtype=np.int64)
-    for args in (
-        (offsets, grades, judged, labels, label_grades, 1.0, *too_short),
-        (beyond, grades, judged, labels, label_grades, 1.0, *good),
-        (offsets, grades, judged[:2], labels, label_grades, 1.0, *good),
-    ):
-        with pytest.raises(ValueError, match="unjudged_relevant"):
-            _join.unjudged_relevant(*args)
+    twins = [(spec, fast.native_code(spec)) for spec in map(parse_metric, TWIN_METRICS)]
+    assert all(code is not None for _, code in twins)
+    defaults = {"rel": 1.0}
+    on_the_fly = fast._score_twins(batch, twins, defaults, unjudged_grade=grade)
+    definition = fast._score_twins(batch.with_unjudged_relevant(grade), twins, defaults)
+    assert on_the_fly.keys() == definition.keys()
+    for spec in on_the_fly:
+        assert on_the_fly[spec].tobytes() == definition[spec].tobytes(), spec
 
 
 @settings(max_examples=300, deadline=None)
@@ -158,6 +145,5 @@ def test_a_batch_with_every_document_judged_is_returned_as_it_is() -> None:
     builder.add(["a", "b"], {"a": 1.0, "b": 0.0})
     batch = builder.build()
     assert batch.with_unjudged_relevant(1.0) is batch
-    assert fast.with_unjudged_relevant(batch, 1.0) is batch
     assert batch.condensed() is batch
     assert np.array_equal(batch.label_grades, [1.0, 0.0])

@@ -56,7 +56,10 @@ _struct_as_map = struct_as_map
 
 T = TypeVar("T")
 
-CHUNK_ROWS = 8192
+# Rows of a table, Parquet file or store scored at once. Measured at 1M traces x 100 IDs
+# (2026-12-07): 2,048-row chunks read a Parquet file as fast as 8,192-row ones or faster (5.2 s
+# against 5.6 s; the join's arrays stay in cache) and held 60 MB less, 0.1 GB less at 10M traces.
+CHUNK_ROWS = 2048
 CHUNK_BYTES = 8 << 20
 # JSON Lines chunks parsed at once (each parse holds one chunk and its columns in memory).
 PARSE_THREADS = min(2, os.cpu_count() or 1)
