@@ -274,10 +274,15 @@ class Reader:
                     if held > HELD_RANKING_BYTES:
                         streamed = True
                         if ahead is not None:
+                            # The side's rows, scaled up from the share of it read so far.
+                            expected = None
+                            if source.total and 0 < chunk.done <= source.total:
+                                expected = int(read * source.total / chunk.done * 1.05)
                             for kept in pieces:
-                                ahead.feed(kept)
+                                ahead.feed(kept, expected)
+                            ahead.feed(piece, expected)
                         pieces = [_without_rankings(kept) for kept in pieces]
-                if streamed and ahead is not None:
+                elif ahead is not None:
                     ahead.feed(piece)
                 pieces.append(_without_rankings(piece) if streamed else piece)
                 for row in np.flatnonzero(slow).tolist():
