@@ -523,6 +523,10 @@ def streamed_side(side: SideTable, rows: Any, meta: Any, fields: FieldMap) -> An
             kind = pa.large_list(pa.large_string())
             position = 0
             source = open_source(side.data, side.input_format)
+            # Only the rankings are taken from this read: a store need not read its labels
+            # table again (the whole of it, for each side split from one store).
+            if hasattr(source, "join_labels"):
+                source.join_labels = False
             found = chunks(source, fields, list(side.attributes))
             if found is None:
                 raise InputError(side.name, None, "cannot be read again as columns")

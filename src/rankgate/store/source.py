@@ -95,6 +95,9 @@ class StoreSource(ArrowSource):
         self.fields = fields or FieldMap()
         self.stats = ReadStats()
         #: Columns whose text the compiled scanner wrote, for the batches being read (``batches``).
+        #: Whether batches carry the labels table's grades (a reader that takes only the
+        #: rankings, such as compare reading a side's rankings again, turns it off).
+        self.join_labels = True
         self.verified_columns: frozenset[str] = frozenset()
         #: Columns whose text is known to be UTF-8 (``batches``): a PostgreSQL ranking in UTF8.
         self.utf8_columns: frozenset[str] = frozenset()
@@ -226,7 +229,9 @@ class StoreSource(ArrowSource):
             or (bool(label_roles) and fields.relevance_scores != "relevance_scores")
             or len(label_roles) > 1
         )
-        join_labels = fields.relevance_scores == "relevance_scores" and not unsure
+        join_labels = (
+            self.join_labels and fields.relevance_scores == "relevance_scores" and not unsure
+        )
         # Text the scanner wrote is valid UTF-8 within the ID limits: the columnar reader need not
         # check it again. The labels joined from the table, and PostgreSQL's decoded ranking,
         # are checked there as any Arrow column is.
