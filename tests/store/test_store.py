@@ -150,6 +150,40 @@ def test_compare_reads_the_variants_of_one_store(rankgate: Rankgate, store_url: 
             assert a[key] == b[key], key
 
 
+def test_variants_read_again_for_their_rankings_read_no_labels(
+    rankgate: Rankgate, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every ranking let go (as past ``HELD_RANKING_BYTES`` at scale), each side of a store
+    split into variants is read again for its rankings only: the report is the one made with the
+    rankings held, and the labels table is read once, by the first read, not once per side."""
+    from rankgate import compare_read
+    from rankgate.store import columns
+
+    rankgate(
+        "trace", "import", EXAMPLES / "traces.jsonl", "--store", store_url, "--variant", "base"
+    )
+    rankgate(
+        "trace", "import", EXAMPLES / "candidate.jsonl", "--store", store_url, "--variant", "new"
+    )
+    rankgate("labels", "import", EXAMPLES / "traces.jsonl", "--store", store_url)
+    args = [*METRICS, "--segment-by", "query_type", "--no-config", "--format", "json"]
+    command = ("compare", store_url, "--baseline", "base", "--candidate", "new", *args)
+    held = rankgate(*command)
+    reads: list[str] = []
+    labels = columns.StoreReader.labels
+
+    def counted(self: Any, *a: Any, **k: Any) -> Any:
+        reads.append(self.name)
+        return labels(self, *a, **k)
+
+    monkeypatch.setattr(columns.StoreReader, "labels", counted)
+    monkeypatch.setattr(compare_read, "HELD_RANKING_BYTES", 0)
+    streamed = rankgate(*command)
+    assert streamed.code == held.code, streamed.err
+    assert streamed.json()["cells"] == held.json()["cells"]
+    assert len(reads) == 1
+
+
 def files_code(report: dict[str, Any]) -> int:
     return 0 if report["passed"] else 1
 
