@@ -44,6 +44,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
+    # rankgate's bytecode written first, as a wheel's install leaves it (see
+    # throughput.compile_rankgate): an editable install under PYTHONDONTWRITEBYTECODE compiles
+    # every module again on every start.
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import throughput
+
+    throughput.compile_rankgate()
     with tempfile.TemporaryDirectory() as folder:
         traces = Path(folder) / "ten.jsonl"
         traces.write_text(_records(10))

@@ -560,6 +560,7 @@ def main() -> int:
             args.vocabulary,
         )
         return 0
+    throughput.compile_rankgate()
     if args.big:
         return main_big(args)
     skipped = {name.strip() for name in args.skip.split(",") if name.strip()}

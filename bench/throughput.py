@@ -300,6 +300,22 @@ class Step:
         return self.status == "ok"
 
 
+def compile_rankgate() -> None:
+    """Write the bytecode of rankgate's modules, as installing the package from a wheel does.
+
+    An editable install leaves only sources, and with PYTHONDONTWRITEBYTECODE set (as on the
+    machines here) every run compiled all of them again: 0.35 s of each ``rankgate eval``, paid by
+    no installed copy and by no peer, whose packages come with their bytecode."""
+    import compileall
+    import importlib.util
+
+    found = importlib.util.find_spec("rankgate")
+    if found is None or not found.submodule_search_locations:
+        return
+    for folder in found.submodule_search_locations:
+        compileall.compile_dir(folder, quiet=1)
+
+
 def rankgate_command() -> list[str]:
     script = Path(sys.executable).with_name("rankgate")
     return [str(script)] if script.exists() else [sys.executable, "-m", "rankgate"]

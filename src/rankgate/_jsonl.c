@@ -150,9 +150,12 @@ static void pool_enter(void) { PyThread_acquire_lock(pool_lock, WAIT_LOCK); }
 static void pool_leave(void) { PyThread_release_lock(pool_lock); }
 
 /* The spare that serves `need` bytes best: the smallest that holds them, else the largest, which
- * the caller grows (for a mapping that costs only the pages added). NULL when the pool is empty. */
+ * the caller grows (for a mapping that costs only the pages added). NULL when the pool is empty.
+ * Asked only for a buffer of POOL_MIN_BYTES or more, which `need` itself may be under (an array a
+ * little over half of that grows to it): those were mapped afresh every chunk, eight times a
+ * chunk, while their spares filled the pool's slots. */
 static uint8_t *pool_take(size_t need, size_t *cap) {
-    if (need < POOL_MIN_BYTES || !pool_lock) return NULL;
+    if (!pool_lock) return NULL;
     uint8_t *found = NULL;
     pool_enter();
     size_t best = pool_count, largest = pool_count;
@@ -171,12 +174,27 @@ static uint8_t *pool_take(size_t need, size_t *cap) {
     return found;
 }
 
-/* Keep a buffer that is no longer used for a later parse, or free it when the pool is full. */
+/* Keep a buffer that is no longer used for a later parse. When the pool is full, smaller spares
+ * make way for it (a large buffer is what costs page faults to make again); when they cannot, it
+ * is freed. Without the making way, the slots filled up with buffers of a few pages, and every
+ * chunk's multi-megabyte arrays were mapped and faulted in afresh: a fifth of a run's CPU time
+ * went to the kernel. */
 static void pool_give(uint8_t *p, size_t cap) {
     if (!p) return;
-    if (cap >= POOL_MIN_BYTES && pool_lock) {
+    if (cap >= POOL_MIN_BYTES && pool_lock && cap <= POOL_LIMIT_BYTES) {
+        Spare evicted[POOL_SLOTS];
+        size_t n_evicted = 0;
         int kept = 0;
         pool_enter();
+        while (pool_count == POOL_SLOTS || pool_bytes + cap > POOL_LIMIT_BYTES) {
+            size_t smallest = 0;
+            for (size_t i = 1; i < pool_count; i++)
+                if (pool[i].cap < pool[smallest].cap) smallest = i;
+            if (!pool_count || pool[smallest].cap >= cap) break;
+            evicted[n_evicted++] = pool[smallest];
+            pool_bytes -= pool[smallest].cap;
+            pool[smallest] = pool[--pool_count];
+        }
         if (pool_count < POOL_SLOTS && pool_bytes + cap <= POOL_LIMIT_BYTES) {
             pool[pool_count].p = p;
             pool[pool_count].cap = cap;
@@ -185,16 +203,23 @@ static void pool_give(uint8_t *p, size_t cap) {
             kept = 1;
         }
         pool_leave();
+        for (size_t i = 0; i < n_evicted; i++) buffer_free(evicted[i].p, evicted[i].cap);
         if (kept) return;
     }
     buffer_free(p, cap);
 }
 
-static int buf_grow(Buf *b, size_t need) {
+/* Room for `need` bytes in all: doubling, or (`exact`, for an array sized up front from the last
+ * chunk) just the pages `need` takes, so a presized array is not doubled past its guess. */
+static int buf_grow(Buf *b, size_t need, int exact) {
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) return -1;
-        cap *= 2;
+    if (exact) {
+        cap = page_rounded(need);
+    } else {
+        while (cap < need) {
+            if (cap > SIZE_MAX / 2) return -1;
+            cap *= 2;
+        }
     }
     if (cap < POOL_MIN_BYTES) {
         uint8_t *grown = realloc(b->p, cap);
@@ -242,13 +267,13 @@ static int buf_grow(Buf *b, size_t need) {
  * new one. Growing past `want` later works as usual. */
 static int buf_presize(Buf *b, size_t want) {
     if (want < POOL_MIN_BYTES || b->cap >= want) return 0;
-    return buf_grow(b, want);
+    return buf_grow(b, want, 1);
 }
 
 /* Room for `extra` more bytes. `extra` is bounded by the input size, so len + extra cannot wrap. */
 static inline int buf_reserve(Buf *b, size_t extra) {
     if (b->cap - b->len >= extra) return 0;
-    return buf_grow(b, b->len + extra);
+    return buf_grow(b, b->len + extra, 0);
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
@@ -1297,10 +1322,12 @@ static PyObject *block_from(Buf *b) {
         }
     } else if (b->len && b->cap >= POOL_MIN_BYTES) {
         /* A caller may keep the block for long (compare keeps every chunk's labels): the pages
-         * past its bytes go back to the system now, and the pool grows it again when reused. */
+         * past its bytes go back to the system now, and the pool grows it again when reused.
+         * Only a large surplus (an array doubled past its size): the sixteenth a presized array
+         * keeps in hand, cut and grown again chunk after chunk, cost two calls and fresh pages. */
         size_t fit = page_rounded(b->len);
         if (fit < POOL_MIN_BYTES) fit = POOL_MIN_BYTES;
-        if (b->cap - fit >= POOL_MIN_BYTES) {
+        if (b->cap - fit >= POOL_MIN_BYTES && b->cap - fit >= b->cap / 8) {
             uint8_t *fitted = big_grow(b->p, b->cap, fit);
             if (fitted) {
                 b->p = fitted;
@@ -1532,6 +1559,44 @@ PyDoc_STRVAR(parse_doc,
              "See rankgate/_jsonl.pyi for the arguments and the keys of the result.");
 
 /* Free the pool's spare buffers, for a caller done reading; returns the bytes freed. */
+/* The line breaks of a buffer: how many, and where the last one is (-1 for none), 16 bytes at a
+ * time where SSE2 is there. The reader of JSON Lines counts them in every chunk to number the
+ * next chunk's lines; bytes.count did it holding the GIL, a twentieth of a whole run, while the
+ * main thread waited to score. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+static PyObject *line_breaks(PyObject *self, PyObject *args) {
+    PyObject *data_obj;
+    if (!PyArg_ParseTuple(args, "O:line_breaks", &data_obj)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data_obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *start = (const uint8_t *)view.buf, *p = start, *end = start + view.len;
+    int64_t count = 0, last = -1;
+    Py_BEGIN_ALLOW_THREADS
+#if defined(__SSE2__)
+    const __m128i newline = _mm_set1_epi8('\n');
+    for (; end - p >= 16; p += 16) {
+        unsigned mask = (unsigned)_mm_movemask_epi8(
+            _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), newline));
+        if (mask) {
+            count += __builtin_popcount(mask);
+            last = (int64_t)(p - start) + 31 - __builtin_clz(mask);
+        }
+    }
+#endif
+    for (; p < end; p++) {
+        if (*p == '\n') {
+            count++;
+            last = (int64_t)(p - start);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("LL", (long long)count, (long long)last);
+}
+
 static PyObject *release(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -1569,6 +1634,9 @@ static PyMethodDef methods[] = {
     {"parse_rankings", parse_rankings, METH_VARARGS,
      "parse_rankings(data, offsets, count, wide) -> dict: rankings as JSON text, as parse's "
      "columns."},
+    {"line_breaks", line_breaks, METH_VARARGS,
+     PyDoc_STR("line_breaks(data) -> (count, last)\n\nHow many b'\\n' bytes `data` holds and "
+               "the index of the last (-1 for none).")},
     {"release", release, METH_NOARGS,
      PyDoc_STR("release() -> int\n\nFree the spare output buffers kept for the next parse.")},
     {"pooled", pooled, METH_NOARGS,

@@ -28,6 +28,9 @@
 # one row per value, with the same keys as parse's result (only the ranking filled; "line_index" is
 # the value's position). A value that is not exactly one JSON array of IDs is a slow row.
 #
+# line_breaks(data) counts the b"\n" bytes of `data` with the GIL released and gives the index
+# of the last one (-1 when there is none).
+#
 # release() frees the pool's spare buffers and returns the bytes freed; pooled() gives the bytes
 # and the number of buffers it holds.
 from typing import final
@@ -42,6 +45,7 @@ class Block:
 POOL_LIMIT_BYTES: int
 
 def release() -> int: ...
+def line_breaks(data: Buffer, /) -> tuple[int, int]: ...
 def pooled() -> tuple[int, int]: ...
 def parse(
     data: Buffer, fields: tuple[str, str, str, str], segment_fields: tuple[str, ...], /

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.doc_ids import DocIdMapping
-from rankgate.fast import numpy_of
+from rankgate.fast import compiled_string_hashes, numpy_of
 
 __all__ = ["detect_mismatch"]
 
@@ -121,11 +121,20 @@ def _rows_meeting(
     import pyarrow.compute as pc
 
     both = pa.concat_arrays([ranked_ids, label_ids.cast(ranked_ids.type)])
-    # No nulls here (the caller returns early on them), so every ID has a code.
-    codes = numpy_of(pc.dictionary_encode(both).indices).astype(np.int64)
-    width = int(codes.max()) + 1 if len(codes) else 1
-    ranked_keys = ranked_rows * width + codes[: len(ranked_ids)]
-    label_keys = label_rows * width + codes[len(ranked_ids) :]
+    hashes = compiled_string_hashes(both)
+    if hashes is not None:
+        # Each ID's 64-bit hash mixed with its row: two different (row, ID) pairs share a key
+        # with odds of 2**-64, which a heuristic's warning can bear. It runs on the first chunk
+        # of every labeled input, where dictionary-encoding 500k IDs took a tenth of a second.
+        rows = np.concatenate([ranked_rows, label_rows]).astype(np.uint64)
+        keys = hashes ^ (rows * np.uint64(0x9E3779B97F4A7C15))
+        ranked_keys, label_keys = keys[: len(ranked_ids)], keys[len(ranked_ids) :]
+    else:
+        # No nulls here (the caller returns early on them), so every ID has a code.
+        codes = numpy_of(pc.dictionary_encode(both).indices).astype(np.int64)
+        width = int(codes.max()) + 1 if len(codes) else 1
+        ranked_keys = ranked_rows * width + codes[: len(ranked_ids)]
+        label_keys = label_rows * width + codes[len(ranked_ids) :]
     hit = np.isin(ranked_keys, label_keys)
     met = np.zeros(n, dtype=np.bool_)
     met[ranked_rows[hit]] = True

@@ -1175,33 +1175,30 @@ class _Accumulator:
             score_values = fast.numpy_of(items).astype(np.float64, copy=False)
         while True:
             rows = np.flatnonzero(~slow).astype(np.int64)
-            joined = fast.join(
+            scored = fast.join_and_score(
                 rows,
                 retrieved,
                 relevant,
                 scores,
                 score_values,
+                self.computed,
+                {"rel": self.settings.relevance_threshold},
                 threshold=self.settings.relevance_threshold,
                 skip_no_relevant=self.settings.empty_relevant == "skip",
                 unique_map_keys=chunk.unique_map_keys,
                 scratch=self.scratch,
             )
-            for_validator = joined.status == fast.ROW_FOR_VALIDATOR
-            if not for_validator.any():
+            if scored.values is not None:
                 break
+            for_validator = scored.status == fast.ROW_FOR_VALIDATOR
             slow[rows[for_validator]] = True  # the validator words the error
 
-        status = joined.status
+        status = scored.status
         self._count_columnar(table, rows, status, filtered)
         scored_rows = rows[status == fast.ROW_SCORED]
-        # A fresh array (a difference of offsets), so the scratch's reuse cannot change it.
-        depths = joined.batch.ranked_lengths
-        values = fast.score(joined.batch, self.computed, {"rel": self.settings.relevance_threshold})
-        zero = joined.forced_zero[status == fast.ROW_SCORED]
-        if zero.any():
-            for column in values.values():
-                column[zero] = 0.0
-        self.duplicates += int(joined.duplicates[status == fast.ROW_SCORED].sum())
+        depths = scored.depths
+        values = scored.values
+        self.duplicates += int(scored.duplicates[status == fast.ROW_SCORED].sum())
         if collapsed is not None:
             self.chunks_collapsed += int(collapsed[scored_rows].sum())
         query_ids = table.column("query_id").take(scored_rows)

@@ -13,7 +13,10 @@ same decisions in Python over the same columns, and ``score`` runs the numpy def
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +40,7 @@ __all__ = [
     "available",
     "compiled_string_hashes",
     "join",
+    "join_and_score",
     "numpy_of",
     "score",
 ]
@@ -255,12 +259,19 @@ class Scratch:
 
     def __init__(self) -> None:
         self._arrays: dict[str, npt.NDArray[Any]] = {}
+        self._parts: list[Scratch] = []
 
     def array(self, name: str, size: int, dtype: Any) -> npt.NDArray[Any]:
         held = self._arrays.get(name)
         if held is None or len(held) < size:
             held = self._arrays[name] = np.empty(max(size, 1) + size // 4, dtype=dtype)
         return held[:size]
+
+    def part(self, index: int) -> Scratch:
+        """The scratch of one part of a block joined in parts at once (see ``join_and_score``)."""
+        while len(self._parts) <= index:
+            self._parts.append(Scratch())
+        return self._parts[index]
 
 
 def join(
@@ -349,6 +360,101 @@ def join(
         label_grades=label_grades[:labels],
     )
     return Joined(status, duplicates, forced_zero.view(np.bool_), batch)
+
+
+@dataclass
+class Scored:
+    """A block of rows joined and scored (``join_and_score``). ``status``, ``duplicates``: per
+    row asked for; ``depths`` (distinct IDs ranked) and ``values`` (per metric, 0 for a query with
+    no relevant label): per scored row, in order. ``values`` is None when some row is for the
+    validator: the caller takes those rows out and asks again."""
+
+    status: Flags
+    duplicates: Ints
+    depths: Ints
+    values: dict[MetricSpec, Floats] | None
+
+
+# Below this many rows a block is joined and scored by the calling thread alone: handing half
+# to a helper costs more than it saves.
+PARALLEL_ROWS = 1024
+_helper_lock = threading.Lock()
+_helper: ThreadPoolExecutor | None = None
+
+
+def _helper_thread() -> ThreadPoolExecutor | None:
+    """One thread beside the caller's for the second half of a block, or None on one core."""
+    global _helper
+    if (os.cpu_count() or 1) < 2:
+        return None
+    with _helper_lock:
+        if _helper is None:
+            _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rankgate-score")
+        return _helper
+
+
+def join_and_score(
+    rows: Ints,
+    retrieved: IdColumns,
+    relevant: IdColumns | None,
+    scores: IdColumns | None,
+    score_values: Floats | None,
+    specs: Sequence[MetricSpec],
+    defaults: Mapping[str, float],
+    *,
+    threshold: float,
+    skip_no_relevant: bool,
+    unique_map_keys: bool,
+    scratch: Scratch,
+) -> Scored:
+    """``join`` then ``score`` over ``rows``, with each query's values forced to 0 where it has no
+    relevant label. A large block is cut in two halves joined and scored at once, one on a helper
+    thread (the join and the twins run without the GIL): on the JSON Lines path the calling
+    thread was the one busy core while the parser's threads waited for it. Each query's values
+    depend on its own row alone, so the halves put together equal the whole block scored at once.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    helper = _helper_thread() if _join is not None and len(rows) >= PARALLEL_ROWS else None
+
+    def run(part: Ints, space: Scratch) -> Scored:
+        joined = join(
+            part,
+            retrieved,
+            relevant,
+            scores,
+            score_values,
+            threshold=threshold,
+            skip_no_relevant=skip_no_relevant,
+            unique_map_keys=unique_map_keys,
+            scratch=space,
+        )
+        status = joined.status.copy()
+        duplicates = joined.duplicates.copy()
+        depths = joined.batch.ranked_lengths  # a fresh array (a difference of offsets)
+        if (status == ROW_FOR_VALIDATOR).any():
+            return Scored(status, duplicates, depths, None)
+        values = score(joined.batch, specs, defaults)
+        zero = joined.forced_zero[status == ROW_SCORED]
+        if zero.any():
+            for column in values.values():
+                column[zero] = 0.0
+        return Scored(status, duplicates, depths, values)
+
+    if helper is None:
+        return run(rows, scratch)
+    middle = len(rows) // 2
+    later = helper.submit(run, rows[middle:], scratch.part(1))
+    first = run(rows[:middle], scratch.part(0))
+    second = later.result()
+    values = None
+    if first.values is not None and second.values is not None:
+        values = {spec: np.concatenate([first.values[spec], second.values[spec]]) for spec in specs}
+    return Scored(
+        np.concatenate([first.status, second.status]),
+        np.concatenate([first.duplicates, second.duplicates]),
+        np.concatenate([first.depths, second.depths]),
+        values,
+    )
 
 
 def _texts_of(column: IdColumns | None, row: int) -> list[str] | None:

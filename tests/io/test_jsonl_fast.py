@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from rankgate.errors import InputError
 from rankgate.io import jsonl_arrow, limits
-from rankgate.io.json_records import line_record
+from rankgate.io.json_records import JsonSource, line_record
 from rankgate.io.validate import FieldMap, validate_record
 from rankgate.segments import MISSING_VALUE, segment_value
 
@@ -820,6 +820,27 @@ def _big_chunk(lines: int) -> tuple[bytes, int, int, int]:
     return b"\n".join(parts) + b"\n", rows, slow, ids
 
 
+def test_the_pool_serves_each_parse_of_a_chunk_after_the_first() -> None:
+    """Chunk after chunk, a parse takes its output buffers back from the pool of spares, those of
+    64 KiB included (arrays of 6,000 int64 grow to that size): the pool's buffers stay as many,
+    where a buffer mapped afresh per parse would add to them until the slots were full."""
+    from rankgate import _jsonl
+
+    data, _, _, _ = _big_chunk(6000)
+    _jsonl.release()
+    held = []
+    for _ in range(6):
+        out = _jsonl.parse(data, KEYS, SEGMENTS)
+        assert out["rows"]
+        del out  # every block freed: its buffer goes back to the pool
+        held.append(_jsonl.pooled())
+    assert held[0][1] >= 5  # line index, start and end, query ID offsets, status...
+    # The first parse learns the sizes; from the second on, each takes what the last gave back.
+    assert held[2:] == held[1:-1], held
+    _jsonl.release()
+    assert _jsonl.pooled() == (0, 0)
+
+
 def test_a_200k_line_chunk() -> None:
     data, rows, slow, ids = _big_chunk(200_000)
     parsed = jsonl_arrow.parse_chunk(data, KEYS, SEGMENTS, 1)
@@ -871,6 +892,11 @@ class _Trickle(io.RawIOBase):
         self._at += len(out)
         return out
 
+    def readinto(self, buffer: Any) -> int:  # what a buffered reader reads with
+        out = self.read(len(buffer))
+        buffer[: len(out)] = out
+        return len(out)
+
 
 def _assert_chunking(data: bytes, chunks: list[tuple[bytes, int, int]], skip: int) -> None:
     assert b"".join(chunk for chunk, _, _ in chunks) == data[skip:]
@@ -902,6 +928,23 @@ def test_read_chunks(
     for stream in (io.BytesIO(data), _Trickle(data, most)):
         chunks = list(jsonl_arrow.read_chunks(stream, chunk_bytes))
         _assert_chunking(data, chunks, skip)
+    # The reader that feeds the scanner (each chunk read into a buffer of its own, its line
+    # breaks counted in C) cuts a stream the same way, and says it read the whole file.
+    for opened in (lambda: io.BytesIO(data), lambda: _Trickle(data, most)):
+        source = JsonSource("traces.jsonl", opened, len(data), lines_only=True)
+        chunks = [(bytes(chunk), line, at) for chunk, line, at in source.line_chunks(chunk_bytes)]
+        _assert_chunking(data, chunks, skip)
+        assert source.done() == len(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 20))
+def test_line_breaks_are_counted_and_the_last_found(data: bytes, start: int) -> None:
+    from rankgate import _jsonl
+
+    view = memoryview(data)[min(start, len(data)) :]  # any alignment of the 16-byte scan
+    held = bytes(view)
+    assert _jsonl.line_breaks(view) == (held.count(b"\n"), held.rfind(b"\n"))
 
 
 def test_read_chunks_and_parse_together() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import importlib
 import os
 import sys
 import traceback
@@ -24,14 +25,6 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from rankgate import __version__
-from rankgate.cli import (
-    compare_command,
-    eval_command,
-    metrics_command,
-    monitor_command,
-    plan_command,
-    store_command,
-)
 from rankgate.cli.terminal import (
     EXIT_FAILED,
     EXIT_INTERNAL,
@@ -106,7 +99,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"rankgate: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Each top-level command (aliases included), by the module that adds its parser and the function
+# that does. A run imports only its own command's module: all of them together took a third of a
+# second to import (the monitor's web server, the store drivers, the HTML report), which every
+# ``eval`` on a small file paid.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("eval_command", "add_parser"),
+    "compare": ("compare_command", "add_parser"),
+    "metrics": ("metrics_command", "add_parser"),
+    "trace": ("store_command", "add_parsers"),
+    "traces": ("store_command", "add_parsers"),
+    "label": ("store_command", "add_parsers"),
+    "labels": ("store_command", "add_parsers"),
+    "store": ("store_command", "add_parsers"),
+    "monitor": ("monitor_command", "add_parser"),
+    "plan": ("plan_command", "add_parser"),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser: with ``command`` (a name in ``_COMMANDS``), only that command's
+    parsers are added; without, every command's (for the help and the list of choices)."""
     parser = _Parser(
         prog="rankgate",
         description="Score the retrieval stage of search and RAG systems from recorded traces.",
@@ -115,13 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rankgate {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    eval_command.add_parser(commands)
-    compare_command.add_parser(commands)
-    metrics_command.add_parser(commands)
-    store_command.add_parsers(commands)
-    monitor_command.add_parser(commands)
-    plan_command.add_parser(commands)
+    wanted = [_COMMANDS[command]] if command in _COMMANDS else list(_COMMANDS.values())
+    for module_name, adder in dict.fromkeys(wanted):
+        module = importlib.import_module(f"rankgate.cli.{module_name}")
+        getattr(module, adder)(commands)
     return parser
+
+
+def _command_named(arguments: Sequence[str]) -> str | None:
+    """The command the arguments name (their first that is not an option), if it is one."""
+    for argument in arguments:
+        if argument == "--":
+            return None
+        if not argument.startswith("-"):
+            return argument if argument in _COMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,7 +177,7 @@ def _run(arguments: list[str]) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    parser = build_parser()
+    parser = build_parser(_command_named(arguments))
     args = parser.parse_args(arguments)
     if not hasattr(args, "handler"):
         parser.print_help(sys.stderr)

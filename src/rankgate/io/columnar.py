@@ -511,7 +511,7 @@ def _json_chunks(
 
     ordinal = 0
 
-    def parse_piece(piece: Any) -> tuple[bytes | bytearray, int, int, Any]:
+    def parse_piece(piece: Any) -> tuple[bytes | bytearray | memoryview, int, int, Any]:
         if isinstance(piece, OversizedLine):
             # One slow row in place of the line that was read past: a single invalid byte
             # makes the scanner give exactly that, and ``raw`` below words the real problem.
@@ -526,7 +526,7 @@ def _json_chunks(
             found = replace(found, slow=found.slow | too_long)
         return data, first_line, offset, (found, None)
 
-    def parsed_chunks() -> Iterator[tuple[bytes | bytearray, int, int, Any]]:
+    def parsed_chunks() -> Iterator[tuple[bytes | bytearray | memoryview, int, int, Any]]:
         # The scanner releases the GIL: PARSE_THREADS chunks are parsed at once, in order, so
         # a consumer with little to do per chunk (compare's first pass) is not held to one core.
         if PARSE_THREADS < 2:
@@ -593,13 +593,13 @@ def _json_chunks(
 
             def raw(
                 index: int,
-                data: bytes | bytearray = data,
+                data: bytes | bytearray | memoryview = data,
                 lines: Any = lines,
                 starts: Any = starts,
                 ends: Any = ends,
                 first: int = first,
             ) -> RawRecord:
-                line = data[int(starts[index]) : int(ends[index])]
+                line = bytes(data[int(starts[index]) : int(ends[index])])
                 return line_record(source.name, line, int(lines[index]), first + index + 1)
 
             def later(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.io import limits
 from rankgate.io.bounded import (
@@ -47,6 +49,15 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 # makes the next read as long again, so a long element costs linear time.
 _ARRAY_BLOCK = 1 << 20
 _SPACE = re.compile(r"[ \t\r\n]*")
+
+_line_breaks: Callable[[Any], tuple[int, int]]
+try:
+    from rankgate._jsonl import line_breaks as _line_breaks
+except ImportError:  # built without a C compiler
+
+    def _line_breaks(data: Any) -> tuple[int, int]:
+        held = bytes(data)
+        return held.count(b"\n"), held.rfind(b"\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +91,10 @@ class JsonSource:
         self._lines_only = lines_only
         self._owns_handle = owns_handle
         self._raw: IO[bytes] | None = None
+        # How far ``line_chunks`` has read, noted by the thread that reads: asking the shared
+        # reader (``tell``) waited for its lock while a block was being read, about a millisecond
+        # of the consumer's time per chunk.
+        self._read_to: int | None = None
         self.rereadable = False
 
     @classmethod
@@ -97,7 +112,8 @@ class JsonSource:
         return cls("<stdin>", lambda: sys.stdin.buffer, None, owns_handle=False)
 
     def done(self) -> int:
-        return bytes_done(self._raw, self.total)
+        read_to = self._read_to
+        return bytes_done(self._raw, self.total) if read_to is None else read_to
 
     def __iter__(self) -> Iterator[RawRecord]:
         raw = self._raw = self._open_raw()
@@ -157,7 +173,7 @@ class JsonSource:
 
     def line_chunks(
         self, chunk_bytes: int
-    ) -> Iterator[tuple[bytes | bytearray, int, int] | OversizedLine]:
+    ) -> Iterator[tuple[bytearray | memoryview, int, int] | OversizedLine]:
         """The lines in chunks of about ``chunk_bytes`` that end at a line break: (bytes, number of
         the chunk's first line, offset of the chunk in the decompressed stream).
 
@@ -169,37 +185,49 @@ class JsonSource:
         raw = self._raw = self._open_raw()
         try:
             stream = decompressed(raw)
-            offset = 3 if stream.peek(3)[:3] == _BOM else 0
-            stream.read(offset)
+            # Read, not peeked: a pipe's peek may hold fewer than the three bytes of a BOM.
+            opening = stream.read(3)
+            offset = 3 if opening == _BOM else 0
             line = 1
-            # The unfinished line so far; grown in place, so a long line is not copied per block.
-            pending = bytearray()
+            # The bytes after the last line break so far (a view into the last buffer read).
+            pending: Any = memoryview(opening)[offset:]
             while True:
-                block = stream.read(chunk_bytes)
-                if not block:
+                # Each chunk is read straight into a buffer of its own behind the unfinished line:
+                # no copy of the block under the GIL, and the new pages are touched by the read,
+                # which runs without it. A long unfinished line is read on in blocks as long as
+                # itself (up to the record bound), so its bytes are copied a few times, not once
+                # per block.
+                head = len(pending)
+                more = max(chunk_bytes, min(head, limits.MAX_RECORD_BYTES + 1 - head))
+                buffer = np.empty(head + more, dtype=np.uint8).data
+                buffer[:head] = pending
+                got = stream.readinto(buffer[head:])
+                if not got:
                     break
-                cut = block.rfind(b"\n") + 1
-                if cut == 0:
-                    pending += block
-                    if len(pending) > limits.MAX_RECORD_BYTES:
+                self._read_to = bytes_done(raw, self.total)
+                filled = head + got
+                # The unfinished line is scanned again: it is short, or read in growing blocks.
+                breaks, last = _line_breaks(buffer[:filled])
+                if last < 0:
+                    pending = buffer[:filled]
+                    if filled > limits.MAX_RECORD_BYTES:
                         yield OversizedLine(line, offset)
                         skipped, rest = _skip_line(stream)
-                        offset += len(pending) + skipped
+                        offset += filled + skipped
                         line += 1
                         whole = rest.rfind(b"\n") + 1  # lines read along with the skip's end
                         if whole:
                             yield bytearray(rest[:whole]), line, offset
                             line += rest.count(b"\n", 0, whole)
                             offset += whole
-                        pending = bytearray(rest[whole:])
+                        pending = memoryview(rest)[whole:]
                     continue
-                chunk = pending
-                chunk += memoryview(block)[:cut]
-                yield chunk, line, offset
-                line += chunk.count(b"\n")
-                offset += len(chunk)
-                pending = bytearray(memoryview(block)[cut:])
-            if pending:
+                cut = last + 1
+                yield buffer[:cut], line, offset
+                line += breaks
+                offset += cut
+                pending = buffer[cut:filled]
+            if len(pending):
                 yield pending, line, offset
         except GZIP_ERRORS as problem:
             raise InputError(
@@ -208,6 +236,7 @@ class JsonSource:
         except OSError as problem:
             raise cannot_read(self.name, problem) from None
         finally:
+            self._read_to = None
             if self._owns_handle:
                 raw.close()
 
