@@ -1006,12 +1006,66 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------- */
+/* Exact sums                                                                                   */
+
+/* The parts of an exact sum of finite doubles: each value is +-M * 2**(b - 1074) with M an
+ * integer below 2**53 and b in 0..2045 (its exponent bin; subnormals share bin 0 with the
+ * smallest normals). M is split into 26-bit halves, and each bin sums its values' halves as
+ * 64-bit integers, which stay exact for fewer than 2**36 values. `stats.exact_sum` combines the
+ * bins as Python integers and rounds once; numpy's frexp, floor and two bincounts did the same
+ * in ten passes over the values, a twentieth of an evaluation's time at a million queries. */
+#define EXACT_BINS 2046
+
+static PyObject *exact_bins(PyObject *self, PyObject *args) {
+    PyObject *objs[3];
+    if (!PyArg_ParseTuple(args, "OOO:exact_bins", &objs[0], &objs[1], &objs[2])) return NULL;
+    static const char *names[3] = {"values", "high", "low"};
+    static const Py_ssize_t sizes[3] = {8, 8, 8};
+    Buf bufs[3];
+    if (get_buffers(objs, bufs, 3, sizes, names, 1) < 0) return NULL;
+    if (COUNT(bufs[1], int64_t) < EXACT_BINS || COUNT(bufs[2], int64_t) < EXACT_BINS) {
+        release(bufs, 3);
+        PyErr_SetString(PyExc_ValueError, "exact_bins: the bins need 2046 entries each");
+        return NULL;
+    }
+    const uint64_t *values = DATA(bufs[0], uint64_t);
+    size_t n = COUNT(bufs[0], uint64_t);
+    int64_t *high = DATA(bufs[1], int64_t), *low = DATA(bufs[2], int64_t);
+    int finite = 1;
+    Py_BEGIN_ALLOW_THREADS
+    memset(high, 0, EXACT_BINS * sizeof(int64_t));
+    memset(low, 0, EXACT_BINS * sizeof(int64_t));
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bits = values[i];
+        unsigned biased = (unsigned)((bits >> 52) & 0x7FF);
+        if (biased == 0x7FF) { finite = 0; break; }
+        int64_t mantissa = (int64_t)(bits & ((UINT64_C(1) << 52) - 1));
+        if (biased) mantissa |= INT64_C(1) << 52;
+        if (!mantissa) continue;
+        unsigned bin = biased ? biased - 1 : 0;
+        int64_t upper = mantissa >> 26, lower = mantissa & ((INT64_C(1) << 26) - 1);
+        if (bits >> 63) {
+            high[bin] -= upper;
+            low[bin] -= lower;
+        } else {
+            high[bin] += upper;
+            low[bin] += lower;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(bufs, 3);
+    return PyBool_FromLong(finite);
+}
+
 static PyMethodDef methods[] = {
     {"join", join, METH_VARARGS, "Join rankings with labels into RankedBatch arrays."},
     {"score", score, METH_VARARGS, "Score a RankedBatch with the compiled metric twins."},
     {"hash_strings", hash_strings, METH_VARARGS, "A 64-bit hash of each string of a column."},
     {"struct_entries", struct_entries, METH_VARARGS,
      "A struct column of grades as a map's entries, row by row."},
+    {"exact_bins", exact_bins, METH_VARARGS,
+     "The per-exponent integer parts of an exact sum of doubles."},
     {"cut_rankings", cut_rankings, METH_VARARGS,
      "Separator-joined rankings cut into an Arrow list column's buffers."},
     {NULL, NULL, 0, NULL},

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.doc_ids import DocIdMapping
-from rankgate.fast import compiled_string_hashes, numpy_of
+from rankgate.fast import compiled_string_hashes, index_array, numpy_of
 
 __all__ = ["detect_mismatch"]
 
@@ -61,7 +61,7 @@ def detect_mismatch(retrieved: Any, labels: Any) -> str | None:
     rows = np.flatnonzero(labeled)[:_MAX_ROWS_CHECKED]
     if len(rows) < _MIN_LABELED:
         return None
-    take = pa.array(rows)
+    take = index_array(rows)
     ranked = _combined(retrieved.take(take))
     judged = _combined(labels.take(take))
     judged_ids = judged.keys if pa.types.is_map(judged.type) else judged.values

@@ -1115,7 +1115,7 @@ class _Accumulator:
                 labels = id_lists("relevant_ids")
             if not self.mismatch_checked and retrieved is not None and labels is not None:
                 self.mismatch_checked = True
-                fast_rows = pa.array(np.flatnonzero(~slow))
+                fast_rows = fast.index_array(np.flatnonzero(~slow))
                 self.mismatch_warning = detect_mismatch(
                     retrieved.take(fast_rows), labels.take(fast_rows)
                 )
@@ -1201,12 +1201,11 @@ class _Accumulator:
         self.duplicates += int(scored.duplicates[status == fast.ROW_SCORED].sum())
         if collapsed is not None:
             self.chunks_collapsed += int(collapsed[scored_rows].sum())
-        query_ids = table.column("query_id").take(scored_rows)
+        # Row numbers handed to Arrow as an Arrow array: a numpy one makes pyarrow import pandas.
+        taken = fast.index_array(scored_rows)
+        query_ids = table.column("query_id").take(taken)
         digests = None
         if self.digests is not None:
-            import pyarrow as pa
-
-            taken = pa.array(scored_rows)
             digests = (
                 np.full(len(scored_rows), UNKNOWN, dtype=np.uint64)
                 if "relevant_ids" not in names and "relevance_scores" not in names
@@ -1223,7 +1222,7 @@ class _Accumulator:
                 )
             )
         segment_texts = {
-            name: _texts(table.column(SEGMENT_PREFIX + name).take(scored_rows))
+            name: _texts(table.column(SEGMENT_PREFIX + name).take(taken))
             for name in self.segment_fields
         }
 
@@ -1366,7 +1365,7 @@ class _Accumulator:
         n = len(rows)
         self.read += n
         if self.expected is not None or self.valid_ids is not None:
-            read_ids = table.column("query_id").take(rows)
+            read_ids = table.column("query_id").take(fast.index_array(rows))
             self._mark_seen(read_ids)
             if self.valid_ids is not None:
                 self.valid_ids.append(read_ids)
@@ -1375,7 +1374,9 @@ class _Accumulator:
         everything = np.ones(n, dtype=np.bool_)
         groups: list[tuple[GroupCounts, npt.NDArray[np.bool_]]] = [(self.overall, everything)]
         for name in self.segment_fields:
-            codes, categories = _codes(table.column(SEGMENT_PREFIX + name).take(rows))
+            codes, categories = _codes(
+                table.column(SEGMENT_PREFIX + name).take(fast.index_array(rows))
+            )
             for code, value in enumerate(categories):
                 groups.append((self._counts(SegmentKey(name, value)), codes == code))
         removed = None

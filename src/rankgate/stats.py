@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -182,8 +183,11 @@ def exact_sum(values: Values) -> float:
         return math.fsum(array.tolist())  # its rules for inf and nan
     total = 0
     lowest: int | None = None
-    for start in range(0, len(array), _EXACT_BLOCK):
-        block_total, block_lowest = _integer_sum(array[start : start + _EXACT_BLOCK])
+    integer_sum, block = (
+        (_integer_sum, _EXACT_BLOCK) if _compiled is None else (_compiled_integer_sum, 1 << 35)
+    )
+    for start in range(0, len(array), block):
+        block_total, block_lowest = integer_sum(array[start : start + block])
         if block_lowest is None:
             continue
         if lowest is None:
@@ -208,6 +212,33 @@ def exact_sum(values: Values) -> float:
 # 0.4 GB at the end of an evaluation, its peak. The sum is exact either way.
 _EXACT_BLOCK = 1 << 20
 _HALF_BITS = 26
+_EXACT_BINS = 2046  # exponent bins of the compiled sum: every finite double's, subnormals in 0
+
+_compiled: Any
+try:
+    import rankgate._join as _compiled
+except ImportError:  # built without a C compiler: numpy sums it
+    _compiled = None
+
+
+def _compiled_integer_sum(block: Values) -> tuple[int, int | None]:
+    """``_integer_sum`` in one compiled pass (``_join.exact_bins``: each value's integer mantissa
+    halves summed per exponent as 64-bit integers, exact below 2**36 values), then the bins
+    combined here as Python integers."""
+    assert _compiled is not None
+    high = np.empty(_EXACT_BINS, dtype=np.int64)
+    low = np.empty(_EXACT_BINS, dtype=np.int64)
+    if not _compiled.exact_bins(np.ascontiguousarray(block, dtype=np.float64), high, low):
+        raise ValueError("exact_bins takes finite values")  # exact_sum sends the rest to fsum
+    used = np.flatnonzero((high != 0) | (low != 0)).tolist()
+    if not used:
+        return 0, None
+    first = used[0]
+    total = 0
+    for power in used:
+        total += ((int(high[power]) << _HALF_BITS) + int(low[power])) << (power - first)
+    # Bin b holds integers M times 2**(b - 1074).
+    return total, first - 1074
 
 
 def _integer_sum(block: Values) -> tuple[int, int | None]:

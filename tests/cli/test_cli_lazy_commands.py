@@ -57,6 +57,8 @@ def test_eval_imports_no_other_command(tmp_path: Path) -> None:
     assert json.loads(out)["summary"]["scored"] == 1
     assert "rankgate.cli.eval_command" in loaded
     assert not loaded & set(OTHER_COMMANDS_ONLY), sorted(loaded & set(OTHER_COMMANDS_ONLY))
+    # Nor pandas (0.2 s): pyarrow imports it for any numpy array handed to pa.array or take.
+    assert "pandas" not in loaded
 
 
 @pytest.mark.parametrize("command", ["store", "labels", "monitor", "compare"])

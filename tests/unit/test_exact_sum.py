@@ -1,5 +1,7 @@
 """``stats.exact_sum`` against ``math.fsum`` (Shewchuk's exact summation, correctly rounded): the
-two must agree bit for bit on any finite input whose sum is a finite double."""
+two must agree bit for bit on any finite input whose sum is a finite double. Every test runs twice:
+with the compiled per-exponent bins (``_join.exact_bins``) and with numpy's, the fallback of an
+install without the extension."""
 
 from __future__ import annotations
 
@@ -10,7 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rankgate import stats
 from rankgate.stats import exact_sum
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def summing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "numpy":
+        monkeypatch.setattr(stats, "_compiled", None)
+    elif stats._compiled is None:
+        pytest.skip("the compiled kernels were not built")
+    return str(request.param)
+
 
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=64)
 # Magnitudes that cancel and differ by hundreds of binary orders, subnormals included.
