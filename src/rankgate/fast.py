@@ -403,6 +403,18 @@ def _helper_thread() -> ThreadPoolExecutor | None:
         return _helper
 
 
+def _forget_helper() -> None:
+    """In a forked child (Spark's workers, multiprocessing): the parent's thread is not there, and
+    work handed to it would wait forever; the child makes its own when it needs one."""
+    global _helper, _helper_lock
+    _helper = None
+    _helper_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helper)
+
+
 def join_and_score(
     rows: Ints,
     retrieved: IdColumns,

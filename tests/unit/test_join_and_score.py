@@ -142,3 +142,34 @@ def test_the_scratch_of_each_half_is_reused_block_after_block() -> None:
     # The first block's values are its own arrays, not views the second block overwrote.
     for spec in SPECS:
         np.testing.assert_array_equal(first.values[spec], again.values[spec])
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_scores_with_a_helper_of_its_own() -> None:
+    import os
+
+    columns = _columns(_traces(2 * fast.PARALLEL_ROWS, seed=5))
+    rows = np.arange(2 * fast.PARALLEL_ROWS, dtype=np.int64)
+    _scored(rows, columns, fast.Scratch())  # the parent's helper thread exists now
+    assert fast._helper is not None
+    child = os.fork()
+    if child == 0:  # the child: it must finish, not wait on the parent's thread
+        try:
+            scored = _scored(rows, columns, fast.Scratch())
+            os._exit(0 if scored.values is not None else 1)
+        except BaseException:
+            os._exit(2)
+    import signal
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            pytest.fail("the forked child waited on its parent's helper thread")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
