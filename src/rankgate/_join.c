@@ -444,10 +444,16 @@ static inline double ratio(double numerator, double denominator) {
 static PyObject *score(PyObject *self, PyObject *args) {
     PyObject *objs[10];
     double unjudged_grade = NAN;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO|d", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &unjudged_grade))
+    int condensed_policy = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO|dp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &unjudged_grade,
+                          &condensed_policy))
         return NULL;
     int relevant_policy = !isnan(unjudged_grade);
+    if (relevant_policy && condensed_policy) {
+        PyErr_SetString(PyExc_ValueError, "score: one unjudged-document policy at a time");
+        return NULL;
+    }
     static const char *names[10] = {"ranked_offsets", "ranked_grades", "ranked_judged",
                                     "label_offsets", "label_grades", "discounts", "codes",
                                     "cutoffs", "rels", "out"};
@@ -496,7 +502,7 @@ static PyObject *score(PyObject *self, PyObject *args) {
         if (ideal > longest_ideal) longest_ideal = ideal;
     }
     double *own_grades = NULL, *own_ideal = NULL;
-    if (!failure && relevant_policy) {
+    if (!failure && (relevant_policy || condensed_policy)) {
         own_grades = malloc((longest_ranking + 1) * sizeof(double));
         own_ideal = malloc((longest_ideal + 1) * sizeof(double));
         if (own_grades == NULL || own_ideal == NULL) failure = "out of memory";
@@ -533,6 +539,15 @@ static PyObject *score(PyObject *self, PyObject *args) {
             g = own_grades;
             ideal = own_ideal;
             n_ideal += added;
+            all_judged = 1;
+        } else if (condensed_policy) {
+            /* condensed for this query alone: its unjudged documents left out, the rest moved up;
+             * the labels (so R and the ideal ranking) as they are. */
+            int64_t kept = 0;
+            for (int64_t r = 0; r < length; r++)
+                if (judged_here[r]) own_grades[kept++] = g[r];
+            g = own_grades;
+            length = kept;
             all_judged = 1;
         }
         for (size_t j = 0; j < m; j++) {

@@ -390,6 +390,9 @@ class Scored:
 PARALLEL_ROWS = 1024
 _helper_lock = threading.Lock()
 _helper: ThreadPoolExecutor | None = None
+# Held while the helper works on a half. A caller that finds it taken (compare scores both sides
+# at once, on two threads) does its whole block itself rather than wait for the other's half.
+_helper_idle = threading.Semaphore(1)
 
 
 def _helper_thread() -> ThreadPoolExecutor | None:
@@ -406,9 +409,10 @@ def _helper_thread() -> ThreadPoolExecutor | None:
 def _forget_helper() -> None:
     """In a forked child (Spark's workers, multiprocessing): the parent's thread is not there, and
     work handed to it would wait forever; the child makes its own when it needs one."""
-    global _helper, _helper_lock
+    global _helper, _helper_lock, _helper_idle
     _helper = None
     _helper_lock = threading.Lock()
+    _helper_idle = threading.Semaphore(1)
 
 
 if hasattr(os, "register_at_fork"):
@@ -437,6 +441,9 @@ def join_and_score(
     """
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     helper = _helper_thread() if _join is not None and len(rows) >= PARALLEL_ROWS else None
+    idle = _helper_idle
+    if helper is not None and not idle.acquire(blocking=False):
+        helper = None  # busy with another caller's half
 
     def run(part: Ints, space: Scratch) -> Scored:
         joined = join(
@@ -464,8 +471,19 @@ def join_and_score(
 
     if helper is None:
         return run(rows, scratch)
+
+    def run_then_free(part: Ints, space: Scratch) -> Scored:
+        try:
+            return run(part, space)
+        finally:
+            idle.release()
+
     middle = len(rows) // 2
-    later = helper.submit(run, rows[middle:], scratch.part(1))
+    try:
+        later = helper.submit(run_then_free, rows[middle:], scratch.part(1))
+    except BaseException:
+        idle.release()
+        raise
     first = run(rows[:middle], scratch.part(0))
     second = later.result()
     values = None
@@ -581,6 +599,10 @@ def score(
         if policy == "relevant":
             # Scored query by query as ``with_unjudged_relevant(grade)`` makes it, in C.
             values.update(_score_twins(batch, twins, defaults, unjudged_grade=grade))
+        elif policy == "condensed":
+            # Likewise as ``condensed()`` makes it: compare scores its metrics under this policy
+            # too, and building the whole condensed batch was a tenth of its scoring.
+            values.update(_score_twins(batch, twins, defaults, condensed=True))
         else:
             values.update(_score_twins(batch.under_unjudged(policy, grade), twins, defaults))
     for spec in specs:
@@ -595,10 +617,12 @@ def _score_twins(
     defaults: Mapping[str, float],
     *,
     unjudged_grade: float | None = None,
+    condensed: bool = False,
 ) -> dict[MetricSpec, Floats]:
     """The compiled twins' values over one batch, in one pass per query; with
-    ``unjudged_grade``, over ``batch.with_unjudged_relevant(unjudged_grade)`` (its queries made so
-    one at a time, never the whole batch: that batch's arrays were a fifth of the scoring)."""
+    ``unjudged_grade``, over ``batch.with_unjudged_relevant(unjudged_grade)``, and with
+    ``condensed``, over ``batch.condensed()`` (their queries made so one at a time, never the
+    whole batch: that batch's arrays were a fifth of the scoring)."""
     if not batch.n_queries:
         return {}
     longest = max(int(batch.ranked_lengths.max(initial=0)), int(batch.label_lengths.max(initial=0)))
@@ -622,7 +646,8 @@ def _score_twins(
         cutoffs,
         rels,
         out,
-        *(() if unjudged_grade is None else (float(unjudged_grade),)),
+        float("nan") if unjudged_grade is None else float(unjudged_grade),
+        condensed,
     )
     return {spec: out[row] for row, (spec, _) in enumerate(twins)}
 

@@ -120,6 +120,34 @@ def test_compiled_twins_under_unjudged_relevant_equal_them_over_the_definitions_
 
 
 @settings(max_examples=300, deadline=None)
+@given(found=queries(), odd=st.lists(st.floats(-1.0, 4.0, allow_nan=False), max_size=40))
+def test_compiled_twins_under_condensed_equal_them_over_the_definitions_batch(
+    found: list[tuple[list[str], dict[str, float]]], odd: list[float]
+) -> None:
+    """Under ``unjudged=condensed`` the twins leave each query's unjudged documents out
+    themselves; scoring the batch ``condensed()`` makes gives the same values to the bit."""
+    if not fast.available():
+        pytest.skip("built without the compiled extension")
+    builder = BatchBuilder()
+    for number, (ranking, labels) in enumerate(found):
+        builder.add(
+            ranking,
+            {
+                doc: odd[(number + i) % len(odd)] if odd else g
+                for i, (doc, g) in enumerate(labels.items())
+            },
+        )
+    batch = builder.build()
+    twins = [(spec, fast.native_code(spec)) for spec in map(parse_metric, TWIN_METRICS)]
+    defaults = {"rel": 1.0}
+    on_the_fly = fast._score_twins(batch, twins, defaults, condensed=True)
+    definition = fast._score_twins(batch.condensed(), twins, defaults)
+    assert on_the_fly.keys() == definition.keys()
+    for spec in on_the_fly:
+        assert on_the_fly[spec].tobytes() == definition[spec].tobytes(), spec
+
+
+@settings(max_examples=300, deadline=None)
 @given(queries())
 def test_condensed_drops_unjudged_documents_and_keeps_the_labels(
     found: list[tuple[list[str], dict[str, float]]],

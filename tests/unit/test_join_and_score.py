@@ -173,3 +173,23 @@ def test_a_forked_child_scores_with_a_helper_of_its_own() -> None:
             pytest.fail("the forked child waited on its parent's helper thread")
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_a_caller_that_finds_the_helper_busy_scores_its_whole_block_itself() -> None:
+    count = 3 * fast.PARALLEL_ROWS
+    columns = _columns(_traces(count, seed=11))
+    rows = np.arange(count, dtype=np.int64)
+    alone = _scored(rows, columns, fast.Scratch())
+    assert fast._helper_idle.acquire(blocking=False)  # as though another caller's half ran
+    try:
+        busy = _scored(rows, columns, fast.Scratch())
+        assert not fast._helper_idle.acquire(blocking=False)  # still ours: not taken, not freed
+    finally:
+        fast._helper_idle.release()
+    assert alone.values is not None and busy.values is not None
+    np.testing.assert_array_equal(busy.status, alone.status)
+    for spec in SPECS:
+        np.testing.assert_array_equal(busy.values[spec], alone.values[spec])
+    # And free again afterwards: the next block is cut in two as before.
+    assert fast._helper_idle.acquire(blocking=False)
+    fast._helper_idle.release()
