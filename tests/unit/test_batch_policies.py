@@ -85,6 +85,20 @@ TWIN_METRICS = [
 ]
 
 
+def _with_odd_grades(found: list[tuple[list[str], dict[str, float]]], odd: list[float]) -> Any:
+    """The queries' batch, their grades replaced by ``odd`` ones (fractions, negatives) if any."""
+    builder = BatchBuilder()
+    for number, (ranking, labels) in enumerate(found):
+        builder.add(
+            ranking,
+            {
+                doc: odd[(number + i) % len(odd)] if odd else g
+                for i, (doc, g) in enumerate(labels.items())
+            },
+        )
+    return builder.build()
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     found=queries(),
@@ -99,16 +113,7 @@ def test_compiled_twins_under_unjudged_relevant_equal_them_over_the_definitions_
     bit, for any grades (fractions, negatives, a policy grade between or equal to label grades)."""
     if not fast.available():
         pytest.skip("built without the compiled extension")
-    builder = BatchBuilder()
-    for number, (ranking, labels) in enumerate(found):
-        builder.add(
-            ranking,
-            {
-                doc: odd[(number + i) % len(odd)] if odd else g
-                for i, (doc, g) in enumerate(labels.items())
-            },
-        )
-    batch = builder.build()
+    batch = _with_odd_grades(found, odd)
     twins = [(spec, fast.native_code(spec)) for spec in map(parse_metric, TWIN_METRICS)]
     assert all(code is not None for _, code in twins)
     defaults = {"rel": 1.0}
@@ -128,16 +133,7 @@ def test_compiled_twins_under_condensed_equal_them_over_the_definitions_batch(
     themselves; scoring the batch ``condensed()`` makes gives the same values to the bit."""
     if not fast.available():
         pytest.skip("built without the compiled extension")
-    builder = BatchBuilder()
-    for number, (ranking, labels) in enumerate(found):
-        builder.add(
-            ranking,
-            {
-                doc: odd[(number + i) % len(odd)] if odd else g
-                for i, (doc, g) in enumerate(labels.items())
-            },
-        )
-    batch = builder.build()
+    batch = _with_odd_grades(found, odd)
     twins = [(spec, fast.native_code(spec)) for spec in map(parse_metric, TWIN_METRICS)]
     defaults = {"rel": 1.0}
     on_the_fly = fast._score_twins(batch, twins, defaults, condensed=True)
