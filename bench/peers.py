@@ -349,9 +349,24 @@ RUNNERS: dict[str, Callable[[str], dict[str, Any]]] = {
 }
 
 
+def machine_busy_seconds() -> float | None:
+    """CPU time the whole machine has spent busy since boot (every core, every process: a
+    database server's too), from /proc/stat; None where there is no such file."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+    # cpu  user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
+    values = [int(value) for value in fields[1:9]]
+    return (sum(values) - values[3] - values[4]) / ticks
+
+
 def measure(result_path: str, command: list[str]) -> int:
-    """Run ``command`` as a child of this small process and write its wall time and peak RSS to
-    ``result_path``.
+    """Run ``command`` as a child of this small process and write its wall time, peak RSS and CPU
+    time to ``result_path``, with the whole machine's busy CPU time over the same span (a store's
+    server does its part of the work in processes of its own).
 
     The benchmark starts every run through here because a child's ru_maxrss also counts the
     memory of the process that forked it, up to the exec: forked straight from throughput.py,
@@ -360,13 +375,25 @@ def measure(result_path: str, command: list[str]) -> int:
     """
     import subprocess
 
+    busy_before = machine_busy_seconds()
     started = time.perf_counter()
     child = subprocess.Popen(command)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
+    busy_after = machine_busy_seconds()
     code = os.waitstatus_to_exitcode(status)
+    machine = None
+    if busy_before is not None and busy_after is not None:
+        machine = busy_after - busy_before
+    figures = {
+        "wall_s": wall,
+        "maxrss_kb": usage.ru_maxrss,
+        "exit": code,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "machine_cpu_s": machine,
+    }
     with open(result_path, "w") as out:
-        json.dump({"wall_s": wall, "maxrss_kb": usage.ru_maxrss, "exit": code}, out)
+        json.dump(figures, out)
     return code if code >= 0 else 128 - code
 
 

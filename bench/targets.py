@@ -423,6 +423,31 @@ def figure(step: Step | None) -> str:
     return text
 
 
+STEP_NAMES = {
+    "sqlite": "SQLite",
+    "postgres": "PostgreSQL",
+    "compare": "paired `compare`",
+    "unpaired": "unpaired `compare`",
+}
+
+
+def cpu_line(named: list[tuple[str, Step | None]]) -> str:
+    """CPU seconds of each run: rankgate's own, and the whole machine's over the same span, which
+    holds a database server's work. On two cores, half the machine's figure is the least wall
+    time the run could take however its work overlapped."""
+    parts = [
+        f"{name} {step.cpu_s:.1f} / {step.machine_cpu_s:.1f}"
+        for name, step in named
+        if step is not None and step.ok and step.cpu_s is not None and step.machine_cpu_s
+    ]
+    if not parts:
+        return ""
+    return (
+        "CPU seconds of the fastest run, rankgate's process / the whole machine over the same "
+        "span (a database server's processes included): " + "; ".join(parts) + "."
+    )
+
+
 def shape_seconds(step: Step | None) -> float | None:
     return step.report.get("seconds") if step is not None and step.ok else None
 
@@ -900,6 +925,14 @@ def main() -> int:
             "once. The stores and the compares' files were read back into the page cache before "
             "their steps (the peers evict them)."
         )
+    cpu = cpu_line(
+        [
+            ("JSONL `eval`", jsonl_eval),
+            *((STEP_NAMES[key], extra.get(key)) for key in STEP_NAMES),
+        ]
+    )
+    if cpu:
+        lines.append(cpu)
     if fills:
         lines.append(
             "Stores filled in "
@@ -945,7 +978,14 @@ def main() -> int:
             for t in targets
         ]
         figures["extra"] = {
-            k: {"status": s.status, "wall_s": s.wall, "peak_gb": s.peak_gb, "report": s.report}
+            k: {
+                "status": s.status,
+                "wall_s": s.wall,
+                "peak_gb": s.peak_gb,
+                "cpu_s": s.cpu_s,
+                "machine_cpu_s": s.machine_cpu_s,
+                "report": s.report,
+            }
             for k, s in extra.items()
         }
         figures["disagreements"] = problems

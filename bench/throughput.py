@@ -292,6 +292,9 @@ class Step:
         self.status = "not run"  # ok | out of memory | timeout | failed (...)
         self.wall: float | None = None
         self.peak_gb: float | None = None
+        #: CPU seconds of the child, and of the whole machine while it ran (a server included).
+        self.cpu_s: float | None = None
+        self.machine_cpu_s: float | None = None
         self.report: dict[str, Any] = {}
         self.means: dict[str, float] | None = None
 
@@ -363,6 +366,8 @@ def run_step(step: Step, logs: Path, timeout: float, memory_cap: int) -> None:
         return
     step.wall = figures["wall_s"]
     step.peak_gb = figures["maxrss_kb"] * 1024 / 1e9  # Linux reports kilobytes
+    step.cpu_s = figures.get("cpu_s")
+    step.machine_cpu_s = figures.get("machine_cpu_s")
     code = figures["exit"]
     stdout = out_path.read_text(errors="replace")
     stderr = err_path.read_text(errors="replace")
@@ -679,6 +684,8 @@ def render(
                 "status": step.status,
                 "wall_s": round(step.wall, 3) if step.wall is not None else None,
                 "peak_rss_gb": round(step.peak_gb, 3) if step.peak_gb is not None else None,
+                "cpu_s": step.cpu_s,
+                "machine_cpu_s": step.machine_cpu_s,
                 "time_vs_rankgate": exact_ratio(step, rankgate[step.source])
                 if step.tool != "rankgate"
                 else None,
