@@ -239,6 +239,18 @@ def candidate_file(workdir: Path, queries: int, depth: int, seed: int) -> Path:
     return path
 
 
+def kept_apart_files(workdir: Path, queries: int, depth: int, seed: int) -> tuple[Path, Path]:
+    """The same traces without their labels, and the labels as TREC qrels: ``eval --labels``."""
+    rankings = workdir / f"rankings-{queries}.jsonl"
+    qrels = workdir / f"labels-{queries}.qrels"
+    with open(rankings, "wb") as ranking_out, open(qrels, "wb") as qrels_out:
+        for chunk in chunks(queries, depth, seed):
+            lines, labels = chunk.kept_apart(id_digits(queries))
+            ranking_out.write(lines)
+            qrels_out.write(labels)
+    return rankings, qrels
+
+
 # ---------------------------------------------------------------------------------------------
 # Table shapes: map grades, struct grades, a DataFrame of dicts
 
@@ -428,6 +440,7 @@ STEP_NAMES = {
     "postgres": "PostgreSQL",
     "compare": "paired `compare`",
     "unpaired": "unpaired `compare`",
+    "labels": "`eval --labels`",
 }
 
 
@@ -557,7 +570,7 @@ def main() -> int:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated: peers, sqlite, postgres, compare, unpaired, shapes, dataframe",
+        help="comma-separated: peers, sqlite, postgres, compare, unpaired, shapes, dataframe, labels",
     )
     parser.add_argument(
         "--repeat",
@@ -632,6 +645,11 @@ def main() -> int:
             progress("writing the paired compare's candidate")
             candidate = candidate_file(args.workdir, queries, depth, seed)
             made_files.append(candidate)
+        kept_apart = None
+        if "labels" not in skipped:
+            progress("writing the traces without labels, and their labels as qrels")
+            kept_apart = kept_apart_files(args.workdir, queries, depth, seed)
+            made_files += list(kept_apart)
         shapes = args.workdir / f"shapes-{queries}"
         if "shapes" not in skipped:
             progress(f"writing the shape traces (struct grades over {args.vocabulary} documents)")
@@ -687,6 +705,14 @@ def main() -> int:
                 ["compare", str(jsonl), str(candidate)],
                 "rankgate compare",
                 warm=[jsonl, candidate],
+            )
+        if kept_apart is not None:
+            rankings, qrels = kept_apart
+            rankgate_step(
+                "labels",
+                "JSONL + qrels",
+                ["eval", str(rankings), "--labels", str(qrels)],
+                warm=[rankings, qrels],
             )
         if "unpaired" not in skipped:
             db = sqlite3.connect(store_path)
@@ -769,7 +795,7 @@ def main() -> int:
     problems = throughput.compare(steps, queries)
     same = [
         by_key.get("rankgate_jsonl"),
-        *(extra.get(k) for k in ("sqlite", "postgres", "compare")),
+        *(extra.get(k) for k in ("sqlite", "postgres", "compare", "labels")),
     ]
     problems += throughput.compare([s for s in same if s is not None], queries)
     shape_steps = [extra[k] for k in ("shape_map", "shape_struct", "shape_dataframe") if k in extra]
@@ -919,6 +945,15 @@ def main() -> int:
         f"<= {BIG_PEAK_GB:g} GB | see there |"
     )
     lines += ["", parquet_line]
+    labels_step = extra.get("labels")
+    if labels_step is not None:
+        ratio = ratio_of(labels_step, jsonl_eval)
+        lines.append(
+            "(for information: `eval --labels`, the traces without their labels and the labels "
+            f"as a qrels file, {figure(labels_step)}"
+            + ("" if ratio is None else f", {ratio:.2f}x the JSONL `eval`")
+            + ")"
+        )
     if args.repeat > 1:
         lines.append(
             f"Each rankgate and floor figure is the fastest of {args.repeat} runs; the peers ran "

@@ -192,6 +192,26 @@ class Chunk:
             )
         return b"".join(lines)
 
+    def kept_apart(self, id_digits: int) -> tuple[bytes, bytes]:
+        """The same queries as JSON Lines without their labels, and the labels as TREC qrels
+        (``qid 0 docno grade``): what ``eval --labels`` joins back."""
+        qids = digit_bytes(self.numbers, b"q", id_digits).view(f"S{id_digits + 1}")[:, 0].tolist()
+        labels = digit_bytes(self.labeled_ids, b"d", ID_DIGITS).view(f"S{ID_DIGITS + 1}")
+        labels = labels[:, :, 0].tolist()
+        grades = self.grades.tolist()
+        qrels = [
+            b"%s 0 %s %d\n" % (qid, doc, grade)
+            for qid, ids, marks, count in zip(
+                qids, labels, grades, self.labeled.tolist(), strict=True
+            )
+            for doc, grade in zip(ids[:count], marks[:count], strict=True)
+        ]
+        lines = [
+            line[: line.index(b',"relevant_ids"')] + line[line.index(b',"query_type"') :]
+            for line in self.jsonl(id_digits).splitlines(keepends=True)
+        ]
+        return b"".join(lines), b"".join(qrels)
+
     def table(self, id_digits: int) -> pa.Table:
         rows, depth = self.retrieved.shape
         qids = string_array(digit_bytes(self.numbers, b"q", id_digits))

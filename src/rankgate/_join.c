@@ -867,6 +867,119 @@ static PyObject *cut_rankings(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NNNN)", list_obj, value_obj, bytes_obj, unread_obj);
 }
 
+/* qrels_columns(data, max_line) -> (bad_line, query_offsets, query_bytes, document_offsets,
+ *                                   document_bytes, grade_offsets, grade_bytes)
+ *
+ * A TREC qrels file in one buffer (io/trec.py: its BOM removed, ending in a newline, holding no
+ * white space other than space, tab, CR and LF: the caller checks). Each line's columns are the
+ * runs of other bytes; a line with none is blank, and any other must have four (qid, iteration,
+ * docno, relevance). Columns 1, 3 and 4 come out as Arrow large_string buffers. bad_line is 0,
+ * or the number of the first line that has another count of columns or is longer than max_line
+ * bytes with its newline (the caller then reads the file line by line, to explain it). */
+static int is_qrels_space(uint8_t byte) {
+    return byte == ' ' || byte == '\t' || byte == '\r' || byte == '\n';
+}
+
+typedef struct {
+    const uint8_t *start[4];
+    const uint8_t *stop[4];
+} QrelsLine;
+
+/* The columns of the line data[at..newline]; returns how many (5 for more than four). */
+static int qrels_line(const uint8_t *p, const uint8_t *end, QrelsLine *line) {
+    int found = 0;
+    while (p < end) {
+        while (p < end && is_qrels_space(*p)) p++;
+        if (p == end) break;
+        const uint8_t *start = p;
+        while (p < end && !is_qrels_space(*p)) p++;
+        if (found == 4) return 5;
+        line->start[found] = start;
+        line->stop[found] = p;
+        found++;
+    }
+    return found;
+}
+
+static PyObject *qrels_columns(PyObject *self, PyObject *args) {
+    PyObject *data_obj;
+    Py_ssize_t max_line;
+    if (!PyArg_ParseTuple(args, "On", &data_obj, &max_line)) return NULL;
+    Buf bufs[1];
+    static const char *names[1] = {"data"};
+    PyObject *objs[1] = {data_obj};
+    static const Py_ssize_t sizes[1] = {1};
+    if (get_buffers(objs, bufs, 1, sizes, names, 1) < 0) return NULL;
+    const uint8_t *data = DATA(bufs[0], uint8_t);
+    const uint8_t *end = data + bufs[0].view.len;
+    static const int wanted[3] = {0, 2, 3};
+    int64_t rows = 0, bytes[3] = {0, 0, 0};
+    Py_ssize_t bad_line = 0, number = 0;
+    QrelsLine line;
+    /* First pass: check every line, and count the rows and each column's bytes. */
+    Py_BEGIN_ALLOW_THREADS
+    for (const uint8_t *p = data; p < end;) {
+        const uint8_t *newline = memchr(p, '\n', (size_t)(end - p));
+        const uint8_t *stop = newline ? newline : end;
+        number++;
+        int found = qrels_line(p, stop, &line);
+        if ((stop - p) + 1 > max_line || (found != 0 && found != 4)) {
+            bad_line = number;
+            break;
+        }
+        if (found == 4) {
+            rows++;
+            for (int c = 0; c < 3; c++) bytes[c] += line.stop[wanted[c]] - line.start[wanted[c]];
+        }
+        p = stop + 1;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad_line) {
+        release(bufs, 1);
+        return Py_BuildValue("(nOOOOOO)", bad_line, Py_None, Py_None, Py_None, Py_None, Py_None,
+                             Py_None);
+    }
+    PyObject *out[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    for (int c = 0; c < 3; c++) {
+        out[2 * c] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((rows + 1) * 8));
+        out[2 * c + 1] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bytes[c] + 1);
+    }
+    for (int i = 0; i < 6; i++) {
+        if (out[i] == NULL) {
+            for (int j = 0; j < 6; j++) Py_XDECREF(out[j]);
+            release(bufs, 1);
+            return PyErr_NoMemory();
+        }
+    }
+    int64_t *offsets[3];
+    uint8_t *values[3];
+    for (int c = 0; c < 3; c++) {
+        offsets[c] = (int64_t *)PyBytes_AS_STRING(out[2 * c]);
+        values[c] = (uint8_t *)PyBytes_AS_STRING(out[2 * c + 1]);
+    }
+    /* Second pass: the three columns copied out. */
+    Py_BEGIN_ALLOW_THREADS
+    int64_t row = 0, written[3] = {0, 0, 0};
+    for (const uint8_t *p = data; p < end;) {
+        const uint8_t *newline = memchr(p, '\n', (size_t)(end - p));
+        const uint8_t *stop = newline ? newline : end;
+        if (qrels_line(p, stop, &line) == 4) {
+            for (int c = 0; c < 3; c++) {
+                int64_t size = line.stop[wanted[c]] - line.start[wanted[c]];
+                offsets[c][row] = written[c];
+                memcpy(values[c] + written[c], line.start[wanted[c]], (size_t)size);
+                written[c] += size;
+            }
+            row++;
+        }
+        p = stop + 1;
+    }
+    for (int c = 0; c < 3; c++) offsets[c][row] = written[c];
+    Py_END_ALLOW_THREADS
+    release(bufs, 1);
+    return Py_BuildValue("(nNNNNNN)", bad_line, out[0], out[1], out[2], out[3], out[4], out[5]);
+}
+
 /* struct_entries(rows, fields) -> (offsets, field_of, grades)
  *
  * A struct column of grades (one field per document ID; io/grades.py's struct_as_map) as the
@@ -1083,6 +1196,8 @@ static PyMethodDef methods[] = {
      "The per-exponent integer parts of an exact sum of doubles."},
     {"cut_rankings", cut_rankings, METH_VARARGS,
      "Separator-joined rankings cut into an Arrow list column's buffers."},
+    {"qrels_columns", qrels_columns, METH_VARARGS,
+     "A qrels file's query, document and grade columns as Arrow string buffers."},
     {NULL, NULL, 0, NULL},
 };
 

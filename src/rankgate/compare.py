@@ -47,7 +47,7 @@ import numpy.typing as npt
 
 from rankgate import fast
 from rankgate.baseline import SavedBaseline, is_saved_baseline, load_baseline
-from rankgate.compare_ahead import QueryIndex, ScoredAhead, paired_columns, whole_columns
+from rankgate.compare_ahead import ScoredAhead, paired_columns, whole_columns
 from rankgate.compare_cells import (
     PAIRINGS,
     TESTS,
@@ -88,6 +88,7 @@ from rankgate.compare_unjudged import (
 from rankgate.errors import ConfigError, UsageError
 from rankgate.evaluate import Evaluation, InvalidRecord, Settings, evaluate, require_extra
 from rankgate.gates import INTERVAL_BOUNDS, Gate, GateOutcome, GatePolicy, parse_gate
+from rankgate.id_index import IdIndex
 from rankgate.segments import SegmentKey, segment_fields_of
 from rankgate.spec import MetricSpec
 
@@ -980,7 +981,7 @@ class _Scorer:
         self.book_settled = False
         # The side scored whole while read (the baseline); the others were scored paired.
         self.first: SideTable | None = None
-        self._indexes: dict[str, QueryIndex | None] = {}
+        self._indexes: dict[str, IdIndex | None] = {}
 
     def score(
         self, rows: Any, attributes_from: Any, side: SideTable | None = None
@@ -1055,10 +1056,11 @@ class _Scorer:
         )
         return evaluation, self._segments(evaluation)
 
-    def index_of(self, side: SideTable) -> QueryIndex | None:
+    def index_of(self, side: SideTable) -> IdIndex | None:
         """``side``'s query IDs by hash (built once: every candidate is paired with it)."""
         if side.name not in self._indexes:
-            self._indexes[side.name] = QueryIndex.of(side.table.column("query_id"))
+            index = IdIndex(side.table.column("query_id"))
+            self._indexes[side.name] = index if index.hashed else None
         return self._indexes[side.name]
 
     def drop_aheads(self) -> None:

@@ -29,17 +29,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
-from rankgate import fast
 from rankgate.compare_labels import LabelBook
 from rankgate.compare_read import RELEVANT, SCORES, SideTable
+from rankgate.id_index import IdIndex
 from rankgate.io.columnar import SEGMENT_PREFIX
 from rankgate.io.tables import ArrowSource
 from rankgate.io.validate import FieldMap
 
-__all__ = ["QueryIndex", "ScoredAhead", "paired_columns", "whole_columns"]
+__all__ = ["ScoredAhead", "paired_columns", "whole_columns"]
 
 # Tables waiting for the scoring thread; each is one reading chunk (8,192 rows with rankings).
 WAITING_TABLES = 2
@@ -243,16 +240,16 @@ def paired_columns(
     segment_fields: Sequence[str],
     base: SideTable,
     book: LabelBook,
-    index_of: Callable[[SideTable], QueryIndex | None],
+    index_of: Callable[[SideTable], IdIndex | None],
 ) -> Callable[[Any], Any]:
     """Pieces of a candidate as the paired comparison reads it: the rows whose query the
     baseline has, with the baseline's attributes and the book's labels (which must hold the
     baseline's by now)."""
     import pyarrow as pa
 
-    found: list[tuple[QueryIndex, dict[str, Any]]] = []
+    found: list[tuple[IdIndex, dict[str, Any]]] = []
 
-    def lookup() -> tuple[QueryIndex, dict[str, Any]]:
+    def lookup() -> tuple[IdIndex, dict[str, Any]]:
         # Built when the candidate first lets its rankings go (a small one never does).
         if not found:
             index = index_of(base)
@@ -288,49 +285,3 @@ def paired_columns(
         return pa.table(built)
 
     return columns
-
-
-class QueryIndex:
-    """A side's query IDs (distinct), found from another's by their 64-bit hashes: for each
-    chunk of a candidate, ``pc.index_in`` would hash the whole baseline again."""
-
-    def __init__(self, ids: Any, hashes: npt.NDArray[np.uint64]) -> None:
-        self.ids = ids
-        self.order = np.argsort(hashes, kind="stable")
-        self.sorted = hashes[self.order]
-
-    @classmethod
-    def of(cls, ids: Any) -> QueryIndex | None:
-        import pyarrow as pa
-
-        ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-        hashes = fast.compiled_string_hashes(ids)
-        if hashes is None:
-            return None
-        index = cls(ids, hashes)
-        # Two baseline IDs with one hash (never seen at 64 bits) would make a hit ambiguous.
-        if len(index.sorted) > 1 and not bool(np.all(index.sorted[1:] != index.sorted[:-1])):
-            return None
-        return index
-
-    def find(self, query_ids: Any) -> npt.NDArray[np.int64]:
-        """Each ID's row in the baseline, or -1."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        hashes = fast.compiled_string_hashes(query_ids)
-        assert hashes is not None
-        found = np.full(len(hashes), -1, dtype=np.int64)
-        if not len(self.sorted) or not len(hashes):
-            return found
-        places = np.minimum(np.searchsorted(self.sorted, hashes), len(self.sorted) - 1)
-        hit = np.flatnonzero(self.sorted[places] == hashes)
-        if not len(hit):
-            return found
-        rows = self.order[places[hit]]
-        # A hash shared with a different ID: that ID is not the baseline's (its hashes are
-        # distinct, so the baseline's own ID with this hash is the only one it could be).
-        same = pc.equal(query_ids.take(pa.array(hit)), self.ids.take(pa.array(rows)))
-        equal = fast.numpy_of(pc.fill_null(same, False))
-        found[hit[equal]] = rows[equal]
-        return found

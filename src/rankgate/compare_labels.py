@@ -29,6 +29,7 @@ from rankgate.compare_read import (
 )
 from rankgate.errors import InputError, Location
 from rankgate.evaluate import Settings
+from rankgate.id_index import IdIndex
 from rankgate.io.columnar import SEGMENT_PREFIX
 from rankgate.labels import QueryLabels, gather_labels
 
@@ -57,6 +58,9 @@ class LabelBook:
         self.stamp = stamp
         self.sources: list[_LabelSource] = []
         self.shared: Any = None
+        # The shared table's query IDs by hash, with the table they index (built once for all
+        # the blocks that ask, again when the table grows).
+        self._shared_index: tuple[Any, IdIndex] | None = None
 
     def add_labels_source(
         self, data: Any, reader: Reader, labels_format: str | None = None
@@ -206,10 +210,7 @@ class LabelBook:
             )
             missing = own.column("query_id").filter(unlabeled)
             known = self.shared is not None and self.shared.num_rows > 0
-            if not len(missing) or not (
-                known
-                and pc.any(pc.is_in(missing, value_set=self.shared.column("query_id"))).as_py()
-            ):
+            if not len(missing) or not (known and bool((self._shared_rows(missing)[1] >= 0).any())):
                 return (
                     own.column(RELEVANT),
                     own.column(SCORES),
@@ -221,9 +222,18 @@ class LabelBook:
                 pa.nulls(n, pa.map_(pa.large_string(), pa.float64())),
                 pa.nulls(n, pa.large_string()),
             )
-        at = pc.index_in(query_ids, value_set=self.shared.column("query_id"))
-        picked = self.shared.take(at)
+        shared, at = self._shared_rows(query_ids)
+        picked = shared.take(pa.array(at, mask=at < 0))
         return (picked.column(RELEVANT), picked.column(SCORES), picked.column("stamp"))
+
+    def _shared_rows(self, query_ids: Any) -> tuple[Any, npt.NDArray[np.int64]]:
+        """The shared table, and each ID's row in it (-1 for none)."""
+        shared = self.shared
+        cached = self._shared_index
+        if cached is None or cached[0] is not shared:
+            cached = (shared, IdIndex(shared.column("query_id")))
+            self._shared_index = cached
+        return shared, cached[1].find(query_ids)
 
 
 def _rows(table: Any, rows: npt.NDArray[np.int64]) -> Any:

@@ -37,6 +37,7 @@ from rankgate.doc_id_mismatch import detect_mismatch
 from rankgate.doc_ids import DocIdMapping, map_labels, map_rankings
 from rankgate.errors import ConfigError, InputError, MissingExtraError, UsageError
 from rankgate.gates import CoverageOutcome, Gate, GateOutcome, GatePolicy, decide, parse_gate
+from rankgate.id_index import IdIndex
 from rankgate.io import FieldMap, Trace, TraceSource, open_source, validate_record
 from rankgate.io.columnar import SEGMENT_PREFIX, Chunk, chunks
 from rankgate.label_digest import UNKNOWN, digest_of, digests_of_columns
@@ -622,7 +623,7 @@ def evaluate(
             )
         )
     if settings.label_filter.corpus is not None:
-        accumulator.corpus_ids = fast.text_array(sorted(settings.label_filter.corpus))
+        accumulator.corpus_ids = IdIndex(fast.text_array(sorted(settings.label_filter.corpus)))
     if not partial:
         # Which queries lack a trace is known only over the whole input: a partition's caller
         # (an engine) would have to combine the parts' seen queries.
@@ -883,6 +884,7 @@ class _Accumulator:
         # The query set the traces are expected to cover (an Arrow string array), which of its
         # queries had a trace, and the IDs the validator read, not yet looked up.
         self.expected: Any = None
+        self.expected_index: IdIndex | None = None
         self.expected_name: str | None = None
         self.expected_relevant: npt.NDArray[np.bool_] | None = None
         self.seen: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
@@ -910,6 +912,8 @@ class _Accumulator:
         import pyarrow as pa
 
         self.expected = ids.cast(pa.large_string())
+        # Looked up once per block: hashed once here, not by every block's lookup.
+        self.expected_index = IdIndex(self.expected)
         self.expected_name = name
         self.expected_relevant = relevant
         self.seen = np.zeros(len(ids), dtype=np.bool_)
@@ -919,18 +923,16 @@ class _Accumulator:
         """Mark the query set's queries that these trace IDs name (an Arrow array, one lookup
         for the block) and count the IDs outside an explicit set."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        if self.expected is None or not len(query_ids):
+        if self.expected_index is None or not len(query_ids):
             return
         if not isinstance(query_ids, (pa.Array, pa.ChunkedArray)):
             query_ids = fast.text_array(query_ids)
-        found = pc.index_in(query_ids.cast(pa.large_string()), value_set=self.expected)
-        hit = pc.drop_null(found)
-        if len(hit):
-            self.seen[fast.numpy_of(hit).astype(np.int64, copy=False)] = True
+        found = self.expected_index.find(query_ids.cast(pa.large_string()))
+        hit = found >= 0
+        self.seen[found[hit]] = True
         if self.count_outside:
-            self.outside += found.null_count
+            self.outside += len(found) - int(np.count_nonzero(hit))
 
     def _flush_seen(self) -> None:
         if self.seen_pending:
@@ -1044,11 +1046,11 @@ class _Accumulator:
             places = pa.array([f"#{chunk.first_ordinal + i}" for i in range(n)], pa.large_string())
             query_ids = pc.if_else(pc.is_null(query_ids), places, query_ids)
         found = self.labels.rows_of(query_ids.take(pa.array(wanted)))
-        hit = fast.numpy_of(pc.is_valid(found))
+        hit = found >= 0
         if not hit.any():
             return table, None
         rows = wanted[hit]
-        label_rows = pc.drop_null(found)
+        label_rows = pa.array(found[hit])
         scores_type = self.labels.scores.type
         if "relevance_scores" in names:
             own = table.column("relevance_scores")

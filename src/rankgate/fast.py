@@ -109,6 +109,27 @@ def cut_rankings(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]] 
     return ranking, np.frombuffer(unread, dtype=np.bool_)
 
 
+def qrels_columns(data: bytes, max_line: int) -> tuple[Any, Any, Any] | None:
+    """The query ID, document ID and grade columns of a qrels file's bytes, as Arrow large
+    strings (``_join.qrels_columns``: the file must hold no white space but space, tab, CR and
+    LF); None without the extension, or when a line is longer than ``max_line`` bytes or has
+    other than four columns."""
+    if _join is None:
+        return None
+    import pyarrow as pa
+
+    bad_line, *buffers = _join.qrels_columns(data, max_line)
+    if bad_line:
+        return None
+    columns = []
+    for offsets, values in zip(buffers[::2], buffers[1::2], strict=True):
+        rows = len(offsets) // 8 - 1
+        columns.append(
+            pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(values))
+        )
+    return columns[0], columns[1], columns[2]
+
+
 def compiled_string_hashes(strings: Any) -> npt.NDArray[np.uint64] | None:
     """The hash ``store.columns.string_hashes`` defines, of each string of an Arrow string
     column, computed in C; None without the extension (the caller computes it with numpy)."""

@@ -25,13 +25,17 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from rankgate import fast
 from rankgate.errors import InputError, Location, UsageError
+from rankgate.id_index import IdIndex
 from rankgate.io import FORMATS, FieldMap, RawRecord, Trace, limits, open_source, validate_record
 from rankgate.io.bounded import size_text, utf8_length
 from rankgate.io.ir_objects import qrels_of
 from rankgate.io.source import data_suffix
-from rankgate.io.trec import looks_like_qrels, read_qrels
+from rankgate.io.trec import looks_like_qrels, qrels_table, read_qrels
 from rankgate.io.validate import MAX_GRADE
 from rankgate.times import parse_time
 
@@ -585,6 +589,8 @@ def label_table(
         )
     elif isinstance(data, dict):
         labels = data
+    elif (table := _bulk_qrels(data, input_format, label_source, counts)) is not None:
+        return table
     else:
         labels = collect_labels(
             data, fields=fields, input_format=input_format, label_source=label_source
@@ -626,6 +632,29 @@ def label_table(
             offset_array, keys, pa.array(stamps, _stamp_type())
         )
     return pa.table(columns)
+
+
+def _bulk_qrels(
+    data: Any, input_format: str | None, label_source: str, counts: dict[str, int] | None
+) -> Any | None:
+    """One qrels file's label table read in bulk (``io.trec.qrels_table``), or None when the
+    file is something else, holds labels of the kind not asked for, or must be read line by
+    line. Every judgment of one file is of one kind, the kind its name gives."""
+
+    if not isinstance(data, (str, PathLike)):
+        return None
+    if not (input_format == QRELS or (input_format is None and _is_qrels_file(data))):
+        return None
+    by_model = is_judge_source(str(data))
+    if label_source != "all" and by_model != (label_source == "judge"):
+        return None
+    table = qrels_table(Path(data))
+    if table is None:
+        return None
+    if counts is not None:
+        total = sum(len(chunk.keys) for chunk in table.column("relevance_scores").chunks)
+        counts.update({"human": 0 if by_model else total, "judge": total if by_model else 0})
+    return table
 
 
 def _label_types() -> tuple[Any, Any]:
@@ -720,6 +749,7 @@ class LabelIndex:
         if "labeled_at" in table.schema.names and table.num_rows:
             self.stamps = table.column("labeled_at").chunk(0)
         self._rows: dict[str, int] | None = None
+        self._index: IdIndex | None = None
 
     @property
     def dated(self) -> bool:
@@ -729,11 +759,11 @@ class LabelIndex:
         """Per query (in table order), whether any label reaches ``threshold``."""
         return queries_with_relevant(self.scores, threshold)
 
-    def rows_of(self, query_ids: Any) -> Any:
-        """Each ID's row in the table (an Arrow int32 array, null where the query has none)."""
-        import pyarrow.compute as pc
-
-        return pc.index_in(query_ids, value_set=self.query_ids)
+    def rows_of(self, query_ids: Any) -> npt.NDArray[np.int64]:
+        """Each ID's row in the table, -1 where the query has none."""
+        if self._index is None:  # hashed once, on the first block that asks
+            self._index = IdIndex(self.query_ids)
+        return self._index.find(query_ids)
 
     def get(self, query_id: str) -> QueryLabels | None:
         """One query's labels, for a row the validator read."""

@@ -253,7 +253,7 @@ def filter_columns(
     ``stamps`` is None or a map array of per-document times aligned entry for entry with the
     ``relevance_scores`` column (labels joined from a dated label table); a row with its own
     ``labeled_at`` must already be marked ``slow``, as must anything the validator has to read.
-    ``corpus_ids`` is the corpus as an Arrow string array (None without a corpus). A row whose
+    ``corpus_ids`` is the corpus as an ``IdIndex`` (None without a corpus). A row whose
     map repeats a key, when ``unique_map_keys``, is marked slow here (the validator refuses it).
     Counts of slow rows are 0: the validator's path counts them."""
     import pyarrow as pa
@@ -333,7 +333,7 @@ def filter_columns(
     stale = np.zeros(n, dtype=np.int64)
     expired = np.zeros(n, dtype=np.int64)
     if corpus_ids is not None and len(keep):
-        keep = _bools(pc.is_in(keys, value_set=corpus_ids))
+        keep = corpus_ids.find(keys) >= 0
         stale = np.bincount(entry_rows[~keep], minlength=n).astype(np.int64)
     if label_filter.max_age is not None and len(keep):
         cutoff = _aware(label_filter.as_of or datetime.now(UTC)) - label_filter.max_age

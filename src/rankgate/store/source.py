@@ -111,6 +111,8 @@ class StoreSource(ArrowSource):
         self._block_starts: list[int] = []
         self._block_keys: list[npt.NDArray[np.int64]] = []
         self._block_rows: list[npt.NDArray[np.int64] | None] = []
+        #: Label groups read so far, by (narrow, listed): see ``_label_groups``.
+        self._read_labels: dict[tuple[bool, bool], Any] = {}
 
     def done(self) -> int:
         return self.stats.rows
@@ -168,11 +170,20 @@ class StoreSource(ArrowSource):
         return f"labels of {self.name}", table
 
     def _label_groups(self, narrow: bool = True, listed: bool = False) -> Any:
+        """The labels grouped by query (``StoreReader.labels``), read once per source: without a
+        time window the query set (``expected_queries``) and the join (``batches``) both want
+        all of them, ten million rows at 1M queries. Groups in the store's order serve a caller
+        that does not need that order too."""
+        for (was_narrow, was_listed), groups in list(self._read_labels.items()):
+            if was_narrow == narrow and (was_listed or not listed):
+                return groups
         reader = self._reader()
         try:
-            return reader.labels(self.window, narrow=narrow, listed=listed)
+            groups = reader.labels(self.window, narrow=narrow, listed=listed)
         finally:
             reader.close()
+        self._read_labels[(narrow, listed)] = groups
+        return groups
 
     def _narrow_labels(self) -> bool:
         """Whether to read only the labels of the window's queries: it costs a second pass over
