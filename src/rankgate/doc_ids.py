@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from rankgate.errors import ConfigError, InputError, Location, UsageError
 from rankgate.fast import numpy_of
+from rankgate.id_index import IdIndex
 
 __all__ = [
     "DEFAULT_CHUNK_COLUMN",
@@ -94,6 +95,8 @@ class DocIdMapping:
     group: str = field(default="", compare=False, repr=False)
     chunks: Any = field(default=None, compare=False, repr=False)
     documents: Any = field(default=None, compare=False, repr=False)
+    #: The chunk IDs by hash, built once: every block of rankings and labels is looked up in it.
+    chunk_index: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def separator(cls, text: str, *, where: str = "--doc-id") -> DocIdMapping:
@@ -117,7 +120,15 @@ class DocIdMapping:
     ) -> DocIdMapping:
         """Chunk -> document pairs from a CSV, TSV, JSON Lines or Parquet file (gzip allowed)."""
         chunks, documents = _read_pairs(Path(path), chunk_column, doc_column)
-        return cls("map", str(path), chunk_column, doc_column, chunks=chunks, documents=documents)
+        return cls(
+            "map",
+            str(path),
+            chunk_column,
+            doc_column,
+            chunks=chunks,
+            documents=documents,
+            chunk_index=IdIndex(chunks),
+        )
 
     def __str__(self) -> str:
         """The command-line form, which ``parse_doc_id_option`` reads back to an equal mapping."""
@@ -146,10 +157,12 @@ class DocIdMapping:
             group = found.field(0)
             matched = pc.and_(pc.is_valid(found), pc.not_equal(group, _empty_like(ids)))
             return pc.if_else(pc.fill_null(matched, False), group.cast(ids.type), ids)
-        chunks = self.chunks.cast(ids.type)
+        if not len(ids):
+            return pa.array([], ids.type)
         documents = self.documents.cast(ids.type)
-        rows = pc.index_in(ids, value_set=chunks)
-        return pc.coalesce(documents.take(rows), ids) if len(ids) else pa.array([], ids.type)
+        index = self.chunk_index if self.chunk_index is not None else IdIndex(self.chunks)
+        rows = index.find(ids)
+        return pc.coalesce(documents.take(pa.array(rows, mask=rows < 0)), ids)
 
 
 def parse_doc_id_option(value: str, *, base: Path | None = None, where: str = "--doc-id") -> Any:
