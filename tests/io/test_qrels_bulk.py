@@ -153,6 +153,20 @@ def test_limits_send_the_file_to_the_line_reader(
         label_table(path)
 
 
+def test_a_file_larger_than_the_bulk_limit_is_read_line_by_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rankgate.io import trec
+
+    text = "q1 0 a 1\nq1 0 b 2\n"
+    path = write(tmp_path / "labels.qrels", text, gzipped=True)
+    monkeypatch.setattr(trec, "BULK_QRELS_BYTES", len(text) - 1)
+    assert qrels_table(path) is None
+    assert label_table(path).to_pylist() == line_reader_table(path).to_pylist()
+    monkeypatch.setattr(trec, "BULK_QRELS_BYTES", len(text))
+    assert qrels_table(path) is not None
+
+
 def test_invalid_utf8_is_the_line_readers(tmp_path: Path) -> None:
     path = tmp_path / "labels.qrels"
     path.write_bytes(b"q1 0 a 1\nq\xff 0 b 1\n")

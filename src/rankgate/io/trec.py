@@ -239,6 +239,9 @@ def _lines(path: Path) -> Iterator[tuple[int, list[str]]]:
 _OTHER_SPACES = tuple(
     char.encode() for char in "\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
 ) + tuple(chr(code).encode() for code in range(0x2000, 0x200B))
+#: The most bytes of qrels (after gzip) read whole: about 45M judgments, a few GB of memory while
+#: they are grouped. A larger file is read line by line, in bounded pieces.
+BULK_QRELS_BYTES = 1 << 30
 # Grades Python's float() reads as Arrow's cast does: plain decimal numbers. Anything else (an
 # underscore, "inf", a digit of another script) is the line reader's.
 _PLAIN_NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
@@ -265,9 +268,11 @@ def qrels_table(path: Path) -> Any | None:
         return None
     try:
         with open_binary(path) as raw:
-            data = decompressed(raw).read()
+            data = decompressed(raw).read(BULK_QRELS_BYTES + 1)
     except (InputError, OSError, *GZIP_ERRORS):
         return None  # read_qrels reports it
+    if len(data) > BULK_QRELS_BYTES:
+        return None  # a file (or a gzip bomb) too large to hold whole: line by line
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if not data or data.isspace():
