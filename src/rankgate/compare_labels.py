@@ -29,7 +29,7 @@ from rankgate.compare_read import (
 )
 from rankgate.errors import InputError, Location
 from rankgate.evaluate import Settings
-from rankgate.id_index import IdIndex
+from rankgate.id_index import IdIndex, all_distinct
 from rankgate.io.columnar import SEGMENT_PREFIX
 from rankgate.labels import QueryLabels, gather_labels
 
@@ -143,18 +143,14 @@ class LabelBook:
 
     def _add(self, source: _LabelSource) -> None:
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         if self.shared is None or self.shared.num_rows == 0:
             self.sources.append(source)
             self.shared = _first_per_query(self._tagged(source))
             return
-        ids = source.table.column("query_id")
-        known = fast.numpy_of(
-            pc.fill_null(
-                pc.index_in(ids, value_set=self.shared.column("query_id")), -1
-            ).combine_chunks()
-        ).astype(np.int64)
+        # The shared table's index: built once, and kept for ``labels_for`` while no later
+        # source adds a query.
+        known = self._shared_rows(source.table.column("query_id"))[1]
         both = np.flatnonzero(known >= 0)
         # In blocks, so that the labels compared are copied a block at a time, and by slices where
         # both sources list the queries in the same order (a replay of one query set does).
@@ -249,6 +245,8 @@ def _first_per_query(table: Any) -> Any:
     import pyarrow.compute as pc
 
     ids = table.column("query_id")
+    if all_distinct(ids):  # a side's own rows, repeats already taken out
+        return table
     first = fast.numpy_of(pc.index_in(ids, value_set=ids).combine_chunks())
     keep = first == np.arange(len(first))
     return table if keep.all() else table.filter(keep)

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from rankgate import fast
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.evaluate import InvalidRecord, Settings
+from rankgate.id_index import all_distinct
 from rankgate.io import TraceSource, open_source, validate_record
 from rankgate.io.columnar import SEGMENT_PREFIX, chunks
 from rankgate.io.validate import FieldMap, Trace
@@ -362,11 +363,8 @@ class Reader:
         ids = side.table.column("query_id")
         if side.table.num_rows == 0:
             return side
-        hashes = fast.compiled_string_hashes(ids.combine_chunks())
-        if hashes is not None:
-            hashes.sort()
-            if not bool(np.any(hashes[1:] == hashes[:-1])):  # distinct hashes, distinct IDs
-                return side
+        if all_distinct(ids):
+            return side
         first = fast.numpy_of(pc.index_in(ids, value_set=ids).combine_chunks())
         repeated = first != np.arange(len(first))
         if not repeated.any():

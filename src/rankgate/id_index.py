@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from rankgate import fast
 
-__all__ = ["IdIndex"]
+__all__ = ["IdIndex", "all_distinct"]
 
 
 class IdIndex:
@@ -82,3 +82,23 @@ class IdIndex:
         equal = fast.numpy_of(pc.fill_null(same, False)).astype(np.bool_)
         found[hit[equal]] = rows[equal]
         return found
+
+
+def all_distinct(ids: Any) -> bool:
+    """True when every ID of ``ids`` is known to be distinct: no nulls, and no two of their
+    hashes equal. False says only that this could not be shown (the caller then finds repeats
+    itself, with ``index_in``): a sort of the hashes costs a tenth of what ``index_in`` of a
+    million IDs against themselves does."""
+    import pyarrow as pa
+
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    if len(ids) < 2:
+        return not ids.null_count
+    if ids.null_count:
+        return False
+    hashes = fast.compiled_string_hashes(ids)
+    if hashes is None:
+        return False
+    hashes.sort()
+    return not bool(np.any(hashes[1:] == hashes[:-1]))

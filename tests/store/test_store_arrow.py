@@ -25,7 +25,7 @@ from rankgate.errors import InputError
 from rankgate.evaluate import Settings
 from rankgate.stale import LabelFilter
 from rankgate.store import StoreSource, Window
-from rankgate.store.backends import LabelRow, TraceRow, connect
+from rankgate.store.backends import LabelRow, StoreError, TraceRow, connect
 
 Rankgate = Callable[..., Any]  # the `rankgate` fixture: runs the CLI in-process
 METRICS = ["ndcg@10", "precision@5", "recall@20", "map", "mrr"]
@@ -327,3 +327,47 @@ def test_labels_read_in_two_halves_equal_the_record_path(
         assert columnar == reference
     assert "half" in reads
     assert ("whole" in reads) == writer_meanwhile
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["first batch", "later batch"])
+@pytest.mark.parametrize(
+    "odd",
+    [
+        ("q1", "d9", "not a number"),  # text where the grade's REAL affinity keeps no number
+        ("q1", b"d9", 2.0),  # a BLOB document ID
+        (b"q1", "d9", 2.0),  # a BLOB query ID
+        ("q2", "d8", b"\x01"),  # a BLOB grade
+    ],
+    ids=["text grade", "blob document", "blob query", "blob grade"],
+)
+def test_labels_of_other_types_read_as_the_record_path_reads_them(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, odd: tuple[Any, ...], later: bool
+) -> None:
+    """The labels are read without casts first (``_SQLITE_LABELS_BARE``); a value of another
+    type, in the driver's first batch or a later one, must not change what the run reports."""
+    from rankgate.store import columns
+
+    fill(sqlite_url)
+    monkeypatch.setattr(columns, "_SQLITE_LABEL_BATCH_ROWS", 8)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        if not later:  # the odd row first in rowid order
+            db.execute("CREATE TEMP TABLE kept AS SELECT * FROM rankgate_labels")
+            db.execute("DELETE FROM rankgate_labels")
+        db.execute(
+            "INSERT OR REPLACE INTO rankgate_labels (query_id, document_id, grade) VALUES (?, ?, ?)",
+            odd,
+        )
+        if not later:
+            db.execute("INSERT OR IGNORE INTO rankgate_labels SELECT * FROM kept")
+        count = db.execute("SELECT count(*) FROM rankgate_labels").fetchone()[0]
+    assert count > 3 * 8  # the odd row is read in a batch of its own kind
+
+    def outcome(source_type: type[StoreSource], options: dict[str, Any]) -> str:
+        try:
+            return scored(source_type, sqlite_url, **dict(options))[0]
+        except StoreError as problem:  # a BLOB grade: the record path cannot read it either
+            return str(problem)
+
+    for options in ({"on_invalid": "skip"}, {"on_invalid": "skip", "segment_by": ("segment",)}):
+        assert outcome(StoreSource, options) == outcome(RecordPath, options)
