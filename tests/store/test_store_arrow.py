@@ -224,6 +224,47 @@ def test_hand_edited_sqlite_rows_read_as_the_record_path_reads_them(sqlite_url: 
         assert columnar == reference
 
 
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        "{}",
+        "{ \t}",
+        '{"segment": "news"}',
+        ' {"segment": "news"}\t',
+        '{ "segment" : "}" , "n": 3 }',
+        '{"segment": "a\\"}b", "nested": {"x": {}}}',
+        '"{\\"segment\\": \\"web\\"}"',
+        "[]",
+        "{ }  ",
+    ],
+)
+def test_attributes_spliced_into_the_line_read_as_the_record_path_reads_them(
+    sqlite_url: str, attributes: str
+) -> None:
+    """The line takes the attributes' members as they are written: text the recorder writes
+    (braces first and last) is spliced without trimming, anything else after trimming white
+    space; an object with no member adds nothing, a value that is no object neither."""
+    fill(sqlite_url, traces=40)
+    stamp = "2026-11-30T23:00:00.000000Z"
+    _raw_insert(
+        sqlite_url,
+        *((f"h{i}", f"q{i}", stamp, None, '["d1", "d2"]', attributes) for i in range(1, 4)),
+    )
+    for options in ({"on_invalid": "skip"}, {"on_invalid": "skip", "segment_by": ("segment",)}):
+        columnar, _ = scored(StoreSource, sqlite_url, **dict(options))
+        reference, _ = scored(RecordPath, sqlite_url, **dict(options))
+        assert columnar == reference
+    # The lines parsed: no row went to the validator (a null ranking), and each got its segment.
+    import pyarrow as pa
+
+    wanted = ["query_id", "retrieved_ids", "segment"]
+    table = pa.Table.from_batches(list(StoreSource(sqlite_url).batches(columns=wanted)))
+    assert table.column("retrieved_ids").to_pylist()[-3:] == [["d1", "d2"]] * 3
+    parsed = json.loads(attributes)
+    segment = parsed.get("segment") if isinstance(parsed, dict) else None
+    assert table.column("segment").to_pylist()[-3:] == [segment] * 3
+
+
 def test_damaged_json_cannot_rewrite_a_trace(sqlite_url: str) -> None:
     """A ranking whose text is not one JSON value could, spliced into a line, set other keys; it
     is refused exactly as the record path refuses it."""

@@ -84,6 +84,9 @@ RANKING_SEPARATOR = "\x1f"
 # attributes' object without its braces (whitespace between tokens is the scanner's to skip), the
 # ranking last, where nothing after it can be reinterpreted. Text with a line break would split
 # the line: such a row goes to the validator whole, as does any row of unexpected types.
+# Attributes as the recorder writes them (no white space around the braces) skip the trims, five
+# per row and a quarter of the line's cost: valid JSON that opens and closes with a brace is an
+# object, and an object with no '"' in it has no member.
 _SQLITE_SPACE = "' ' || char(9, 13)"
 _SQLITE_OBJECT = f"trim(t.attributes, {_SQLITE_SPACE})"
 _SQLITE_INSIDE = f"substr({_SQLITE_OBJECT}, 2, length({_SQLITE_OBJECT}) - 2)"
@@ -94,8 +97,12 @@ _SQLITE_LINE = (
  AND (t.attributes IS NULL OR t.attributes = ''
       OR (typeof(t.attributes) = 'text' AND json_valid(t.attributes)
           AND instr(t.attributes, char(10)) = 0))
-THEN '{{' || CASE WHEN t.attributes IS NULL OR substr(OBJECT, 1, 1) <> '{{'
-      OR trim(INSIDE, SPACE) = '' THEN '' ELSE INSIDE || ',' END
+THEN '{{' || CASE WHEN t.attributes IS NULL THEN ''
+      WHEN substr(t.attributes, 1, 1) = '{{' AND substr(t.attributes, -1) = '}}'
+      THEN CASE WHEN instr(t.attributes, '"') = 0 THEN '' ELSE
+           substr(t.attributes, 2, length(t.attributes) - 2) || ',' END
+      WHEN substr(OBJECT, 1, 1) <> '{{' OR trim(INSIDE, SPACE) = '' THEN ''
+      ELSE INSIDE || ',' END
  || '"query_id":' || json_quote(t.query_id) || {trace_id} || {timestamp} || {variant}
  || ',"retrieved_ids":' || {ranking} || '}}' END, '!') || char(10)""".replace(
         "OBJECT", _SQLITE_OBJECT
