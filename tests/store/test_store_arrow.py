@@ -412,3 +412,71 @@ def test_labels_of_other_types_read_as_the_record_path_reads_them(
 
     for options in ({"on_invalid": "skip"}, {"on_invalid": "skip", "segment_by": ("segment",)}):
         assert outcome(StoreSource, options) == outcome(RecordPath, options)
+
+
+def test_labels_of_a_table_without_text_affinity_keep_their_text(sqlite_url: str) -> None:
+    """A hand-made labels table whose document column has no declared type can hold a REAL
+    document ID: it is read as SQLite's cast writes it ('1.5'), as the record path reads it."""
+    from rankgate.store import columns
+
+    fill(sqlite_url, traces=30)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE rankgate_labels RENAME TO kept")
+        db.execute(
+            "CREATE TABLE rankgate_labels (query_id TEXT NOT NULL, document_id NOT NULL, "
+            "grade REAL NOT NULL, labeled_at TEXT, source TEXT, "
+            "PRIMARY KEY (query_id, document_id))"
+        )
+        db.execute("INSERT INTO rankgate_labels VALUES ('q1', 1.5, 2.0, NULL, NULL)")
+        db.execute("INSERT INTO rankgate_labels SELECT * FROM kept WHERE query_id <> 'q1'")
+        db.execute("DROP TABLE kept")
+    reader = columns.StoreReader(sqlite_url, "store", "sqlite", Path(path), 1.0)
+    try:
+        table = reader.labels(Window(), narrow=False, listed=True).table()
+    finally:
+        reader.close()
+    (q1,) = [row for row in table.to_pylist() if row["query_id"] == "q1"]
+    assert q1["relevance_scores"] == [("1.5", 2.0)]
+    columnar, _ = scored(StoreSource, sqlite_url, on_invalid="skip")
+    reference, _ = scored(RecordPath, sqlite_url, on_invalid="skip")
+    assert columnar == reference
+
+
+def test_a_narrow_window_whose_labels_are_all_in_one_half(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read in two halves, a half holding none of a narrow window's labels comes back with other
+    column types than the half that does: the read still gives the window's labels."""
+    from rankgate.store import columns
+
+    fill(sqlite_url, traces=30)
+    monkeypatch.setattr(columns, "_SPLIT_LABELS_FROM", 1)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        first_query = db.execute(
+            "SELECT query_id FROM rankgate_labels ORDER BY rowid LIMIT 1"
+        ).fetchone()[0]
+        last = db.execute("SELECT max(rowid) FROM rankgate_labels").fetchone()[0]
+        # The window's one trace asks the query labeled first; its labels all lie in the first
+        # half of the rowids once a far label makes the second half its own.
+        db.execute(
+            "INSERT INTO rankgate_labels (rowid, query_id, document_id, grade) "
+            "VALUES (?, 'far', 'd1', 1.0)",
+            (last * 10 + 1000,),
+        )
+        db.execute(
+            "INSERT INTO rankgate_traces VALUES "
+            "('late', ?, '2030-01-01T00:00:00.000000Z', NULL, '[\"d1\"]', '{}')",
+            (first_query,),
+        )
+    window = Window(since=datetime(2029, 12, 31, tzinfo=UTC))
+    for bare in (True, False):
+        if not bare:  # the guarded read splits the same way
+            monkeypatch.setattr(columns, "_SQLITE_LABELS_BARE", columns._SQLITE_LABELS)
+        reader = columns.StoreReader(sqlite_url, "store", "sqlite", Path(path), 1.0)
+        try:
+            table = reader.labels(window, narrow=True, listed=True).table()
+        finally:
+            reader.close()
+        assert table.column("query_id").to_pylist() == [first_query]

@@ -164,7 +164,8 @@ _POSTGRES_LABELS = "SELECT query_id, document_id, grade FROM rankgate_labels"
 # by its first batch and refuses a later value of another type. So the bare read is kept only
 # when its columns came out as text, text and float64 with no missing document, and is read
 # again with the casts otherwise (or when it failed: the guarded read meets a real error again).
-# A BLOB document ID in a later batch becomes its bytes as text, as the cast makes it.
+# A BLOB document ID in a later batch becomes its bytes as text, as the cast makes it. Only for
+# ID columns declared TEXT (``StoreReader._labels_declared_as_text``).
 _SQLITE_LABELS_BARE = (
     "SELECT query_id, document_id, grade FROM rankgate_labels WHERE typeof(query_id) = 'text'"
 )
@@ -456,10 +457,12 @@ class StoreReader:
             # In the table's own order (SQLite walks its primary-key index four times slower than
             # the table), grouped here; the groups are put in the order of SQLite's BINARY
             # collation (bytes) only when a caller wants them listed (``LabelGroups.table``).
+            table: Any = None
             try:
-                table = self._sqlite_labels(
-                    sql.replace(_SQLITE_LABELS, _SQLITE_LABELS_BARE), params
-                )
+                if self._labels_declared_as_text():
+                    table = self._sqlite_labels(
+                        sql.replace(_SQLITE_LABELS, _SQLITE_LABELS_BARE), params
+                    )
             except StoreUnavailable:  # a lock or a full disk: the guarded read would wait again
                 raise
             except (StoreError, pa.ArrowInvalid):  # a value of another type; halves unlike
@@ -520,7 +523,25 @@ class StoreReader:
             raise found["problem"]
         if self._data_version() != before:  # a writer committed meanwhile: one state only
             return self._fetch_table(sql, params, options)
-        return pa.concat_tables([found["first"], second])
+        first = found["first"]
+        # A half with no rows (a narrow window's queries all in the other half) comes back with
+        # the driver's default column types, which do not concatenate with the other half's.
+        if not first.num_rows:
+            return second
+        if not second.num_rows:
+            return first
+        return pa.concat_tables([first, second])
+
+    def _labels_declared_as_text(self) -> bool:
+        """Whether the labels' ID columns are declared TEXT, as rankgate creates them. Without
+        TEXT affinity a table can hold a REAL document ID, which the driver writes as ``%e``
+        text ('1.500000e+00') where a cast gives '1.5': the bare read is for TEXT columns only."""
+        found = self._fetch_table(
+            "SELECT name, upper(type) AS type FROM pragma_table_info('rankgate_labels') "
+            "WHERE name IN ('query_id', 'document_id')",
+            [],
+        ).to_pylist()
+        return len(found) == 2 and all(row["type"] == "TEXT" for row in found)
 
     def _data_version(self) -> int:
         return int(self._fetch_table("PRAGMA data_version", []).column(0)[0].as_py())
