@@ -14,7 +14,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # The compiled kernels are rebuilt when their sources change.
-NATIVE := setup.py src/rankgate/_join.c src/rankgate/_jsonl.c src/rankgate/_cells.c src/rankgate/_arrow_offsets.h
+NATIVE := setup.py src/rankgate/_join.c src/rankgate/_jsonl.c src/rankgate/_cells.c src/rankgate/_sqlite_read.c \
+	src/rankgate/_arrow_offsets.h
 
 $(CORE): pyproject.toml $(NATIVE) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .

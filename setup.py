@@ -25,6 +25,15 @@ setup(
             optional=True,
         ),
         Extension(
+            # Needs SQLite's headers and library (Debian: libsqlite3-dev); without them a
+            # SQLite store's labels are read through ADBC instead.
+            "rankgate._sqlite_read",
+            sources=["src/rankgate/_sqlite_read.c"],
+            libraries=["sqlite3"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        ),
+        Extension(
             "rankgate._jsonl",
             sources=["src/rankgate/_jsonl.c"],
             depends=["src/rankgate/_arrow_offsets.h"],

@@ -11,8 +11,10 @@ per query and to the last digit, in every window, sample and segmentation.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +27,7 @@ from rankgate.errors import InputError
 from rankgate.evaluate import Settings
 from rankgate.stale import LabelFilter
 from rankgate.store import StoreSource, Window
-from rankgate.store.backends import LabelRow, StoreError, TraceRow, connect
+from rankgate.store.backends import LabelRow, StoreError, StoreUnavailable, TraceRow, connect
 
 Rankgate = Callable[..., Any]  # the `rankgate` fixture: runs the CLI in-process
 METRICS = ["ndcg@10", "precision@5", "recall@20", "map", "mrr"]
@@ -336,32 +338,57 @@ def _shuffle_labels(url: str) -> None:
     db.close()
 
 
+def _compiled_reader(compiled: bool) -> None:
+    """Skip a test of the compiled label read where ``_sqlite_read`` is not built (it needs
+    SQLite's headers); CI builds it (RANKGATE_REQUIRE_NATIVE)."""
+    from rankgate.store import columns
+
+    if compiled and columns._sqlite_read is None and not os.environ.get("RANKGATE_REQUIRE_NATIVE"):
+        pytest.skip("rankgate._sqlite_read is not built (SQLite's headers were not found)")
+    if compiled:
+        assert columns._sqlite_read is not None, "rankgate._sqlite_read must be built here"
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["_sqlite_read", "ADBC"])
 @pytest.mark.parametrize("writer_meanwhile", [False, True])
 def test_labels_read_in_two_halves_equal_the_record_path(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, writer_meanwhile: bool
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, writer_meanwhile: bool, compiled: bool
 ) -> None:
     """Labels in no particular order, read in two halves on two connections (forced here: the
     store is small), give what the record path gives; when another connection commits during the
-    read, the halves are dropped and the table is read once more on one connection."""
+    read, the halves are dropped and the table is read once more on one connection. Both ways
+    of reading the rows: SQLite's C API (``_sqlite_read``) and ADBC, where it is not built."""
     from rankgate.store import columns
 
+    _compiled_reader(compiled)
+    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
     fill(sqlite_url)
     _shuffle_labels(sqlite_url)
     monkeypatch.setattr(columns, "_SPLIT_LABELS_FROM", 1)
     reads: list[str] = []
     fetch = columns.StoreReader._fetch_table
+    fetch_compiled = columns.StoreReader._compiled_sqlite_labels
     versions = iter(range(1000))
 
-    def counted(self: Any, sql: str, params: list[Any], options: Any = None) -> Any:
+    def read(sql: str) -> None:
         if "FROM rankgate_labels WHERE" in sql:
             reads.append("half" if "rowid" in sql else "whole")
+
+    def counted(self: Any, sql: str, params: list[Any], options: Any = None) -> Any:
+        read(sql)
         if sql == "PRAGMA data_version" and writer_meanwhile:
             import pyarrow as pa
 
             return pa.table({"v": [next(versions)]})
         return fetch(self, sql, params, options)
 
+    def counted_compiled(self: Any, sql: str, params: list[Any]) -> Any:
+        assert compiled
+        read(sql)
+        return fetch_compiled(self, sql, params)
+
     monkeypatch.setattr(columns.StoreReader, "_fetch_table", counted)
+    monkeypatch.setattr(columns.StoreReader, "_compiled_sqlite_labels", counted_compiled)
     for options in CASES.values():
         columnar, _ = scored(StoreSource, sqlite_url, **dict(options))
         reference, _ = scored(RecordPath, sqlite_url, **dict(options))
@@ -370,6 +397,7 @@ def test_labels_read_in_two_halves_equal_the_record_path(
     assert ("whole" in reads) == writer_meanwhile
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["_sqlite_read", "ADBC"])
 @pytest.mark.parametrize("later", [False, True], ids=["first batch", "later batch"])
 @pytest.mark.parametrize(
     "odd",
@@ -378,16 +406,32 @@ def test_labels_read_in_two_halves_equal_the_record_path(
         ("q1", b"d9", 2.0),  # a BLOB document ID
         (b"q1", "d9", 2.0),  # a BLOB query ID
         ("q2", "d8", b"\x01"),  # a BLOB grade
+        ("q1", 7, 2.0),  # an INTEGER document ID (TEXT affinity keeps it text: "7")
+        ("q1", "d9", 3),  # an INTEGER grade
     ],
-    ids=["text grade", "blob document", "blob query", "blob grade"],
+    ids=[
+        "text grade",
+        "blob document",
+        "blob query",
+        "blob grade",
+        "integer document",
+        "integer grade",
+    ],
 )
 def test_labels_of_other_types_read_as_the_record_path_reads_them(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, odd: tuple[Any, ...], later: bool
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    odd: tuple[Any, ...],
+    later: bool,
+    compiled: bool,
 ) -> None:
-    """The labels are read without casts first (``_SQLITE_LABELS_BARE``); a value of another
-    type, in the driver's first batch or a later one, must not change what the run reports."""
+    """A value of another type than the columns' own, in the first rows read or later ones,
+    must not change what the run reports: through ADBC, which reads without casts first
+    (``_SQLITE_LABELS_BARE``), and through ``_sqlite_read``, which converts each value itself."""
     from rankgate.store import columns
 
+    _compiled_reader(compiled)
+    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
     fill(sqlite_url)
     monkeypatch.setattr(columns, "_SQLITE_LABEL_BATCH_ROWS", 8)
     path = sqlite_url.removeprefix("sqlite:///")
@@ -414,11 +458,18 @@ def test_labels_of_other_types_read_as_the_record_path_reads_them(
         assert outcome(StoreSource, options) == outcome(RecordPath, options)
 
 
-def test_labels_of_a_table_without_text_affinity_keep_their_text(sqlite_url: str) -> None:
-    """A hand-made labels table whose document column has no declared type can hold a REAL
-    document ID: it is read as SQLite's cast writes it ('1.5'), as the record path reads it."""
+@pytest.mark.parametrize("compiled", [True, False], ids=["_sqlite_read", "ADBC"])
+@pytest.mark.parametrize("document", [1.5, 1e300, -0.0, 12345678901234567], ids=repr)
+def test_labels_of_a_table_without_text_affinity_keep_their_text(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, compiled: bool, document: float
+) -> None:
+    """A hand-made labels table whose document column has no declared type can hold a REAL or
+    INTEGER document ID: it is read as SQLite's cast writes it ('1.5'), as the record path
+    reads it."""
     from rankgate.store import columns
 
+    _compiled_reader(compiled)
+    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
     fill(sqlite_url, traces=30)
     path = sqlite_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as db:
@@ -428,16 +479,20 @@ def test_labels_of_a_table_without_text_affinity_keep_their_text(sqlite_url: str
             "grade REAL NOT NULL, labeled_at TEXT, source TEXT, "
             "PRIMARY KEY (query_id, document_id))"
         )
-        db.execute("INSERT INTO rankgate_labels VALUES ('q1', 1.5, 2.0, NULL, NULL)")
+        db.execute("INSERT INTO rankgate_labels VALUES ('q1', ?, 2.0, NULL, NULL)", (document,))
         db.execute("INSERT INTO rankgate_labels SELECT * FROM kept WHERE query_id <> 'q1'")
         db.execute("DROP TABLE kept")
+        (cast,) = db.execute(
+            "SELECT CAST(document_id AS TEXT) FROM rankgate_labels WHERE query_id = 'q1'"
+        ).fetchone()
+    assert cast == {1.5: "1.5", 1e300: "1.0e+300"}.get(document, cast)
     reader = columns.StoreReader(sqlite_url, "store", "sqlite", Path(path), 1.0)
     try:
         table = reader.labels(Window(), narrow=False, listed=True).table()
     finally:
         reader.close()
     (q1,) = [row for row in table.to_pylist() if row["query_id"] == "q1"]
-    assert q1["relevance_scores"] == [("1.5", 2.0)]
+    assert q1["relevance_scores"] == [(cast, 2.0)]
     columnar, _ = scored(StoreSource, sqlite_url, on_invalid="skip")
     reference, _ = scored(RecordPath, sqlite_url, on_invalid="skip")
     assert columnar == reference
@@ -471,8 +526,11 @@ def test_a_narrow_window_whose_labels_are_all_in_one_half(
             (first_query,),
         )
     window = Window(since=datetime(2029, 12, 31, tzinfo=UTC))
-    for bare in (True, False):
-        if not bare:  # the guarded read splits the same way
+    for read in ("compiled", "bare", "guarded"):
+        if read == "compiled" and columns._sqlite_read is None:
+            continue
+        monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", read == "compiled")
+        if read == "guarded":  # the guarded read splits the same way
             monkeypatch.setattr(columns, "_SQLITE_LABELS_BARE", columns._SQLITE_LABELS)
         reader = columns.StoreReader(sqlite_url, "store", "sqlite", Path(path), 1.0)
         try:
@@ -480,3 +538,46 @@ def test_a_narrow_window_whose_labels_are_all_in_one_half(
         finally:
             reader.close()
         assert table.column("query_id").to_pylist() == [first_query]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["_sqlite_read", "ADBC"])
+def test_a_label_read_that_fails_names_the_store_in_one_line(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, compiled: bool
+) -> None:
+    """A lock held past the wait, and a labels table that is gone, are the record path's
+    one-line errors naming the store, whichever way the rows are read."""
+    from rankgate.store import columns
+
+    _compiled_reader(compiled)
+    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
+    fill(sqlite_url, traces=30)
+    path = sqlite_url.removeprefix("sqlite:///")
+    reader = columns.StoreReader(sqlite_url, "the-store", "sqlite", Path(path), 0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        if compiled:
+            # (The ADBC reader's connection, open before the lock was taken, still reads the
+            # WAL; ``_sqlite_read`` opens one of its own, which the lock keeps out.)
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as refused:
+                reader.labels(Window(), narrow=False)
+            assert str(refused.value) == (
+                "the-store: locked by another process; gave up after waiting 0.2 s"
+            )
+            assert time.monotonic() - started < 10
+        holder.execute("ROLLBACK")
+        holder.close()  # lets the lock go
+        dropper = sqlite3.connect(path)
+        with dropper:
+            dropper.execute("DROP TABLE rankgate_labels")
+        dropper.close()
+        with pytest.raises(StoreError) as failed:
+            reader.labels(Window(), narrow=False)
+        message = str(failed.value)
+        assert message.startswith("the-store: query failed: ") and "\n" not in message
+        assert "no such table: rankgate_labels" in message
+    finally:
+        holder.close()
+        reader.close()

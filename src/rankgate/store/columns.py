@@ -169,6 +169,28 @@ _POSTGRES_LABELS = "SELECT query_id, document_id, grade FROM rankgate_labels"
 _SQLITE_LABELS_BARE = (
     "SELECT query_id, document_id, grade FROM rankgate_labels WHERE typeof(query_id) = 'text'"
 )
+# The same rows for ``_sqlite_read``, which converts each value as ``_SQLITE_LABELS`` does itself
+# (the function appends the row it is called with; ``WHERE true`` takes the conditions that follow).
+_SQLITE_LABELS_COMPILED = (
+    "SELECT sum(rankgate_label(query_id, document_id, grade)) FROM rankgate_labels WHERE true"
+)
+
+
+try:  # built where SQLite's headers were found (setup.py); else the labels come through ADBC
+    import rankgate._sqlite_read as _sqlite_read
+except ImportError:  # pragma: no cover - the build without SQLite's headers
+    _sqlite_read = None  # type: ignore[assignment]
+#: Whether a SQLite store's labels are read through ``_sqlite_read`` when it is built (a switch
+#: for the tests of the ADBC read, which stays for builds without it).
+COMPILED_SQLITE_LABELS = True
+
+
+class _SQLiteReadError(Exception):
+    """An error of ``_sqlite_read``, with SQLite's (extended) result code as the drivers give it."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.sqlite_errorcode = code
 
 
 def available(dialect: str) -> bool:
@@ -457,18 +479,11 @@ class StoreReader:
             # In the table's own order (SQLite walks its primary-key index four times slower than
             # the table), grouped here; the groups are put in the order of SQLite's BINARY
             # collation (bytes) only when a caller wants them listed (``LabelGroups.table``).
-            table: Any = None
-            try:
-                if self._labels_declared_as_text():
-                    table = self._sqlite_labels(
-                        sql.replace(_SQLITE_LABELS, _SQLITE_LABELS_BARE), params
-                    )
-            except StoreUnavailable:  # a lock or a full disk: the guarded read would wait again
-                raise
-            except (StoreError, pa.ArrowInvalid):  # a value of another type; halves unlike
-                table = None
-            if not _bare_labels_fit(table):
-                table = self._sqlite_labels(sql, params)
+            if _sqlite_read is not None and COMPILED_SQLITE_LABELS:
+                compiled = sql.replace(_SQLITE_LABELS, _SQLITE_LABELS_COMPILED)
+                table = self._sqlite_labels(compiled, params, compiled=True)
+            else:
+                table = self._adbc_sqlite_labels(sql, params)
         elif listed:
             # The server sorts PostgreSQL's, in its collation, when they are to be listed.
             table = self._fetch_table(sql + " ORDER BY query_id", params)
@@ -480,10 +495,59 @@ class StoreReader:
         ordered = listed and self.dialect != "sqlite"
         return group_labels(query_ids, documents, grades, ordered=ordered)
 
-    def _sqlite_labels(self, sql: str, params: list[Any]) -> Any:
-        """The label rows of ``sql``, in rowid order. A large table is read in two halves by
-        rowid, on this connection and on a second one at once (the driver's conversion of the
-        rows, not SQLite, is most of the time, and it runs in two threads). Both halves come
+    def _adbc_sqlite_labels(self, sql: str, params: list[Any]) -> Any:
+        """The label rows of the guarded ``sql`` through ADBC, where ``_sqlite_read`` is not
+        built: without casts first when the columns allow it (``_SQLITE_LABELS_BARE``)."""
+        import pyarrow as pa
+
+        table: Any = None
+        try:
+            if self._labels_declared_as_text():
+                table = self._sqlite_labels(
+                    sql.replace(_SQLITE_LABELS, _SQLITE_LABELS_BARE), params
+                )
+        except StoreUnavailable:  # a lock or a full disk: the guarded read would wait again
+            raise
+        except (StoreError, pa.ArrowInvalid):  # a value of another type; halves unlike
+            table = None
+        if not _bare_labels_fit(table):
+            table = self._sqlite_labels(sql, params)
+        return table
+
+    def _compiled_sqlite_labels(self, sql: str, params: list[Any]) -> Any:
+        """The label rows of ``sql`` (``_SQLITE_LABELS_COMPILED`` and its conditions) read by
+        SQLite's C API (``_sqlite_read``) into a table of query ID, document ID and grade,
+        converted as ``_SQLITE_LABELS`` converts them. One statement on a connection of its own:
+        one state of the table."""
+        assert _sqlite_read is not None and self._path is not None
+        import pyarrow as pa
+
+        uri = self._path.resolve().as_uri() + "?mode=ro"
+        wait_ms = max(int(self._lock_wait * 1000), 1)
+        found = _sqlite_read.read_labels(uri, sql, tuple(params), wait_ms)
+        if found[0]:
+            raise self._problem(_SQLiteReadError(found[0], found[1]), "query failed: ")
+        _, _, rows, query_offsets, query_data, offsets, data, grades, valid, missing = found
+        query_ids = pa.LargeStringArray.from_buffers(
+            rows, pa.py_buffer(query_offsets), pa.py_buffer(query_data)
+        )
+        documents = pa.LargeStringArray.from_buffers(
+            rows, pa.py_buffer(offsets), pa.py_buffer(data)
+        )
+        bitmap = None
+        if missing:  # a grade that is no number: a null, as the guarded SQL's CASE gives
+            present = np.frombuffer(valid, dtype=np.uint8)
+            bitmap = pa.py_buffer(np.packbits(present, bitorder="little"))
+        numbers = pa.Array.from_buffers(
+            pa.float64(), rows, [bitmap, pa.py_buffer(grades)], null_count=missing
+        )
+        return pa.table({"query_id": query_ids, "document_id": documents, "grade": numbers})
+
+    def _sqlite_labels(self, sql: str, params: list[Any], *, compiled: bool = False) -> Any:
+        """The label rows of ``sql``, in rowid order, through ADBC or (``compiled``)
+        ``_sqlite_read``. A large table is read in two halves by rowid, on this connection and
+        on a second one at once (the conversion of the rows, not SQLite, was most of the
+        driver's time, and even without it SQLite's walk runs in two threads). Both halves come
         from one state of the table only if no other connection committed while they were read
         (``PRAGMA data_version``); otherwise it is read again on this connection alone."""
         import threading
@@ -491,6 +555,12 @@ class StoreReader:
         import pyarrow as pa
 
         options = {"adbc.sqlite.query.batch_rows": str(_SQLITE_LABEL_BATCH_ROWS)}
+
+        def fetch(reader: StoreReader, query: str, values: list[Any]) -> Any:
+            if compiled:
+                return reader._compiled_sqlite_labels(query, values)
+            return reader._fetch_table(query, values, options)
+
         ends = self._fetch_table(
             "SELECT (SELECT min(rowid) FROM rankgate_labels) AS low, "
             "(SELECT max(rowid) FROM rankgate_labels) AS high",
@@ -498,7 +568,7 @@ class StoreReader:
         ).to_pylist()[0]
         low, high = ends["low"], ends["high"]
         if low is None or high - low < _SPLIT_LABELS_FROM:
-            return self._fetch_table(sql, params, options)
+            return fetch(self, sql, params)
         middle = low + (high - low) // 2
         before = self._data_version()
         helper = StoreReader(self.url, self.name, self.dialect, self._path, self._lock_wait)
@@ -506,23 +576,21 @@ class StoreReader:
 
         def first_half() -> None:
             try:
-                found["first"] = helper._fetch_table(
-                    f"{sql} AND rowid <= ?", [*params, middle], options
-                )
+                found["first"] = fetch(helper, f"{sql} AND rowid <= ?", [*params, middle])
             except BaseException as problem:  # raised in this thread, below
                 found["problem"] = problem
 
         thread = threading.Thread(target=first_half, name="rankgate-labels-half")
         try:
             thread.start()
-            second = self._fetch_table(f"{sql} AND rowid > ?", [*params, middle], options)
+            second = fetch(self, f"{sql} AND rowid > ?", [*params, middle])
         finally:
             thread.join()
             helper.close()
         if "problem" in found:
             raise found["problem"]
         if self._data_version() != before:  # a writer committed meanwhile: one state only
-            return self._fetch_table(sql, params, options)
+            return fetch(self, sql, params)
         first = found["first"]
         # A half with no rows (a narrow window's queries all in the other half) comes back with
         # the driver's default column types, which do not concatenate with the other half's.
@@ -667,20 +735,20 @@ def _grouped_runs(
     if not pieces or any(piece.null_count for piece in pieces):
         return None
     starts: list[npt.NDArray[np.int64]] = []
+    firsts: list[Any] = []
     first = 0
     last: Any = None
     for piece in pieces:
         changed = np.flatnonzero(np.asarray(pc.not_equal(piece[1:], piece[:-1]))) + 1
         if last is None or piece[0].as_py() != last:
             changed = np.concatenate([[0], changed])
+        # Each piece's own (a take of the chunked column would first join every chunk's IDs).
+        firsts.append(piece.take(pa.array(changed)).cast(pa.large_string()))
         starts.append(changed.astype(np.int64) + first)
         first += len(piece)
         last = piece[-1].as_py()
     begin = np.concatenate(starts)
-    heads = query_ids.take(pa.array(begin))
-    if isinstance(heads, pa.ChunkedArray):
-        heads = heads.combine_chunks()
-    heads = heads.cast(pa.large_string())
+    heads = firsts[0] if len(firsts) == 1 else pa.concat_arrays(firsts)
     hashes = string_hashes(heads)
     ordered = np.sort(hashes)
     if len(ordered) > 1 and bool(np.any(ordered[1:] == ordered[:-1])):
