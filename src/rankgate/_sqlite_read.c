@@ -27,6 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef SQLITE_DIRECTONLY
+#define DIRECT_ONLY SQLITE_DIRECTONLY
+#else /* SQLite before 3.30 */
+#define DIRECT_ONLY 0
+#endif
+
 /* ---- a byte buffer handed to Python without a copy ---- */
 
 typedef struct {
@@ -191,8 +197,9 @@ static PyObject *read_labels(PyObject *self, PyObject *args) {
     if (code == SQLITE_OK) {
         sqlite3_extended_result_codes(db, 1);
         sqlite3_busy_timeout(db, busy_ms);
-        code = sqlite3_create_function(db, "rankgate_label", 3, SQLITE_UTF8, &reading,
-                                       label_row, NULL, NULL);
+        /* Direct only: a view or trigger of the store's own schema cannot call it. */
+        code = sqlite3_create_function(db, "rankgate_label", 3, SQLITE_UTF8 | DIRECT_ONLY,
+                                       &reading, label_row, NULL, NULL);
     }
     if (code == SQLITE_OK) code = sqlite3_prepare_v2(db, sql, -1, &statement, NULL);
     for (Py_ssize_t i = 0; code == SQLITE_OK && i < bound; i++) {
