@@ -120,7 +120,7 @@ typedef struct {
 /* rankgate_label(query_id, document_id, grade), called by SQLite for each row of the statement
  * (`SELECT sum(rankgate_label(...)) FROM rankgate_labels ...`): the row's values are appended to
  * the buffers. Called from inside the statement, the row costs no sqlite3_step and no
- * sqlite3_column_* call (each of which takes SQLite's API checks): a third of the read. */
+ * sqlite3_column_* call (each of which takes SQLite's API checks): a fifth of the read. */
 static void label_row(sqlite3_context *context, int count, sqlite3_value **values) {
     Reading *reading = sqlite3_user_data(context);
     sqlite3_result_int(context, 0);
