@@ -22,9 +22,9 @@ The columnar read of a store has three parts, each done where it is cheapest:
   are read once, grouped by query into a ``map<string, float64>`` column, and joined to each block
   of traces by query ID: a vectorised hash of the IDs, a binary search, and an exact comparison of
   the matched IDs. A query without labels in the table keeps the ``relevance_scores`` of its
-  attributes, as the record does. A SQLite store's label rows are read by SQLite's own C API
-  (``rankgate._sqlite_read``) where that is built, about twice as fast as ADBC's conversion of
-  each value; ADBC reads them otherwise.
+  attributes, as the record does. SQLite's C API (``rankgate._sqlite_read``) reads a SQLite
+  store's label rows about twice as fast as ADBC, but is off (``COMPILED_SQLITE_LABELS``) while
+  the traces still come through ADBC's own copy of SQLite.
 
 A row the database cannot vouch for (SQLite JSON that does not parse or holds a line break, a value
 of an unexpected type, a PostgreSQL time with a year outside 1000-9999, a ranking with more than one
@@ -182,9 +182,15 @@ try:  # built where SQLite's headers were found (setup.py); else the labels come
     import rankgate._sqlite_read as _sqlite_read
 except ImportError:  # pragma: no cover - the build without SQLite's headers
     _sqlite_read = None  # type: ignore[assignment]
-#: Whether a SQLite store's labels are read through ``_sqlite_read`` when it is built (a switch
-#: for the tests of the ADBC read, which stays for builds without it).
-COMPILED_SQLITE_LABELS = True
+#: Whether a SQLite store's labels are read through ``_sqlite_read`` when it is built. Off: that
+#: module links the system's SQLite, and ADBC's driver carries a copy of its own. POSIX locks
+#: belong to the process, so a connection one copy closes drops the locks the other copy's open
+#: connections hold on the same file (SQLite's "How To Corrupt An SQLite Database File", 2.2.1),
+#: and the traces stream through ADBC while the labels are read. With a writer checkpointing the
+#: WAL meanwhile, that stream could read pages of another state of the store. Safe to turn on once
+#: a SQLite store is read through one copy only (the traces through ``_sqlite_read`` as well).
+#: The tests turn it on to hold its rows equal to the record path's.
+COMPILED_SQLITE_LABELS = False
 
 
 class _SQLiteReadError(Exception):
