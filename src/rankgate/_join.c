@@ -433,33 +433,96 @@ static inline double ratio(double numerator, double denominator) {
 }
 
 /* score(ranked_offsets, ranked_grades, ranked_judged, label_offsets, label_grades, discounts,
- *       codes, cutoffs, rels, out[, unjudged_grade])
+ *       codes, cutoffs, rels, out[, unjudged_grade, condensed, policies, policy_grades])
  *
  * out[m * n + q] = metric m of query q. `discounts[r]` is log2(r + 2), computed by numpy so both
  * paths divide by the same numbers; a cutoff < 0 means none. With `unjudged_grade` (not NaN), each
  * query is scored as RankedBatch.with_unjudged_relevant(unjudged_grade) makes it (batch.py): its
  * unjudged documents take that grade, at their ranks and among its labels. The query's arrays are
  * made over again in two small buffers, where the definition makes a whole batch of them: the
- * same numbers, in cache. `discounts` must then cover a query's labels plus its ranking. */
+ * same numbers, in cache. `discounts` must then cover a query's labels plus its ranking. With
+ * `condensed`, each query is scored as RankedBatch.condensed() makes it.
+ *
+ * `policies` (int32, one per metric: POLICY_NONRELEVANT, POLICY_CONDENSED, POLICY_RELEVANT) and
+ * `policy_grades` (float64, the unjudged grade of each POLICY_RELEVANT metric) give each metric a
+ * policy of its own instead; metrics of one policy should be next to each other, as a query's
+ * arrays are made again whenever the policy changes from one metric to the next. One call then
+ * reads each query's arrays once for every policy, where a call per policy read the batch from
+ * memory once each (compare scores every metric under all three). */
+enum { POLICY_NONRELEVANT = 0, POLICY_CONDENSED = 1, POLICY_RELEVANT = 2 };
+
+/* A query's ranking and ideal grades as one unjudged-document policy sees them. */
+typedef struct {
+    const double *grades, *ideal;
+    int64_t length, n_ideal;
+    int all_judged;
+} PolicyView;
+
+static PolicyView policy_view(int policy, double unjudged_grade, const double *g,
+                              const uint8_t *judged_here, int64_t length, const double *ideal,
+                              int64_t n_ideal, double *own_grades, double *own_ideal) {
+    PolicyView view = {g, ideal, length, n_ideal, 0};
+    if (policy == POLICY_RELEVANT) {
+        /* with_unjudged_relevant for this query alone (batch.py is the definition). */
+        int64_t added = 0;
+        for (int64_t r = 0; r < length; r++) {
+            if (judged_here[r]) {
+                own_grades[r] = g[r];
+            } else {
+                own_grades[r] = unjudged_grade;
+                added++;
+            }
+        }
+        for (int64_t j = 0; j < n_ideal + added; j++) own_ideal[j] = unjudged_grade;
+        for (int64_t j = 0; j < n_ideal; j++)
+            own_ideal[j + (ideal[j] <= unjudged_grade ? added : 0)] = ideal[j];
+        view.grades = own_grades;
+        view.ideal = own_ideal;
+        view.n_ideal = n_ideal + added;
+        view.all_judged = 1;
+    } else if (policy == POLICY_CONDENSED) {
+        /* condensed for this query alone: its unjudged documents left out, the rest moved up;
+         * the labels (so R and the ideal ranking) as they are. */
+        int64_t kept = 0;
+        for (int64_t r = 0; r < length; r++)
+            if (judged_here[r]) own_grades[kept++] = g[r];
+        view.grades = own_grades;
+        view.length = kept;
+        view.all_judged = 1;
+    }
+    return view;
+}
+
 static PyObject *score(PyObject *self, PyObject *args) {
-    PyObject *objs[10];
+    PyObject *objs[12] = {NULL};
     double unjudged_grade = NAN;
     int condensed_policy = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO|dp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                          &objs[5], &objs[6], &objs[7], &objs[8], &objs[9], &unjudged_grade,
-                          &condensed_policy))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO|dpOO", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &objs[6], &objs[7], &objs[8], &objs[9],
+                          &unjudged_grade, &condensed_policy, &objs[10], &objs[11]))
         return NULL;
     int relevant_policy = !isnan(unjudged_grade);
-    if (relevant_policy && condensed_policy) {
-        PyErr_SetString(PyExc_ValueError, "score: one unjudged-document policy at a time");
+    int per_metric = objs[10] != NULL && objs[10] != Py_None;
+    if ((relevant_policy && condensed_policy) ||
+        (per_metric && (relevant_policy || condensed_policy)) ||
+        (per_metric != (objs[11] != NULL && objs[11] != Py_None))) {
+        PyErr_SetString(PyExc_ValueError, "score: one policy, or policies with their grades");
         return NULL;
     }
-    static const char *names[10] = {"ranked_offsets", "ranked_grades", "ranked_judged",
+    static const char *names[12] = {"ranked_offsets", "ranked_grades", "ranked_judged",
                                     "label_offsets", "label_grades", "discounts", "codes",
-                                    "cutoffs", "rels", "out"};
-    static const Py_ssize_t sizes[10] = {8, 8, 1, 8, 8, 8, 4, 8, 8, 8};
-    Buf bufs[10];
+                                    "cutoffs", "rels", "out", "policies", "policy_grades"};
+    static const Py_ssize_t sizes[12] = {8, 8, 1, 8, 8, 8, 4, 8, 8, 8, 4, 8};
+    int n_bufs = per_metric ? 12 : 10;
+    Buf bufs[12];
+    memset(bufs, 0, sizeof bufs);
     if (get_buffers(objs, bufs, 10, sizes, names, 9) < 0) return NULL;
+    for (int i = 10; i < n_bufs; i++) { /* read-only, past `out` */
+        if (get_buffer(objs[i], &bufs[i], 0, sizes[i], names[i]) < 0) {
+            release(bufs, (size_t)i);
+            return NULL;
+        }
+    }
     const int64_t *ranked_offsets = DATA(bufs[0], int64_t);
     const double *grades = DATA(bufs[1], double);
     const uint8_t *judged = DATA(bufs[2], uint8_t);
@@ -475,14 +538,29 @@ static PyObject *score(PyObject *self, PyObject *args) {
     size_t m = COUNT(bufs[6], int32_t);
     size_t n_grades = COUNT(bufs[1], double), n_labels = COUNT(bufs[4], double);
     size_t n_discounts = COUNT(bufs[5], double);
+    const int32_t *policies = per_metric ? DATA(bufs[10], int32_t) : NULL;
+    const double *policy_grades = per_metric ? DATA(bufs[11], double) : NULL;
     const char *failure = NULL;
     if (COUNT(bufs[3], int64_t) != n_offsets || COUNT(bufs[2], uint8_t) != n_grades ||
         COUNT(bufs[7], int64_t) != m || COUNT(bufs[8], double) != m ||
-        COUNT(bufs[9], double) < m * n) {
+        COUNT(bufs[9], double) < m * n ||
+        (per_metric && (COUNT(bufs[10], int32_t) != m || COUNT(bufs[11], double) != m))) {
         failure = "array lengths disagree";
     }
+    int single_policy = relevant_policy ? POLICY_RELEVANT
+                        : condensed_policy ? POLICY_CONDENSED
+                                           : POLICY_NONRELEVANT;
+    int any_own = relevant_policy || condensed_policy;
     for (size_t j = 0; j < m && !failure; j++) {
         if (codes[j] < 0 || codes[j] >= M_COUNT) failure = "unknown metric code";
+        if (per_metric) {
+            if (policies[j] < POLICY_NONRELEVANT || policies[j] > POLICY_RELEVANT)
+                failure = "unknown unjudged-document policy";
+            if (policies[j] == POLICY_RELEVANT && isnan(policy_grades[j]))
+                failure = "a relevant policy needs its grade";
+            relevant_policy |= policies[j] == POLICY_RELEVANT;
+            any_own |= policies[j] != POLICY_NONRELEVANT;
+        }
     }
     /* Offsets must rise and stay inside the arrays; discounts must cover the longest list (under
      * the relevant policy, a query's labels and its ranking together). */
@@ -502,7 +580,7 @@ static PyObject *score(PyObject *self, PyObject *args) {
         if (ideal > longest_ideal) longest_ideal = ideal;
     }
     double *own_grades = NULL, *own_ideal = NULL;
-    if (!failure && (relevant_policy || condensed_policy)) {
+    if (!failure && any_own) {
         own_grades = malloc((longest_ranking + 1) * sizeof(double));
         own_ideal = malloc((longest_ideal + 1) * sizeof(double));
         if (own_grades == NULL || own_ideal == NULL) failure = "out of memory";
@@ -510,47 +588,37 @@ static PyObject *score(PyObject *self, PyObject *args) {
     if (failure) {
         free(own_grades);
         free(own_ideal);
-        release(bufs, 10);
+        release(bufs, n_bufs);
         PyErr_Format(PyExc_ValueError, "score: %s", failure);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     for (size_t q = 0; q < n; q++) {
-        const double *g = grades + ranked_offsets[q];
+        const double *query_grades = grades + ranked_offsets[q];
         const uint8_t *judged_here = judged + ranked_offsets[q];
-        int64_t length = ranked_offsets[q + 1] - ranked_offsets[q];
-        const double *ideal = label_grades + label_offsets[q];
-        int64_t n_ideal = label_offsets[q + 1] - label_offsets[q];
+        int64_t query_length = ranked_offsets[q + 1] - ranked_offsets[q];
+        const double *query_ideal = label_grades + label_offsets[q];
+        int64_t query_ideal_count = label_offsets[q + 1] - label_offsets[q];
+        int shown = -1;            /* the policy `view` shows; -1: none yet */
+        double shown_grade = NAN;
+        PolicyView view = {NULL, NULL, 0, 0, 0};
+        const double *g = NULL, *ideal = NULL;
+        int64_t length = 0, n_ideal = 0;
         int all_judged = 0;
-        if (relevant_policy) {
-            /* with_unjudged_relevant for this query alone (batch.py is the definition). */
-            int64_t added = 0;
-            for (int64_t r = 0; r < length; r++) {
-                if (judged_here[r]) {
-                    own_grades[r] = g[r];
-                } else {
-                    own_grades[r] = unjudged_grade;
-                    added++;
-                }
-            }
-            for (int64_t j = 0; j < n_ideal + added; j++) own_ideal[j] = unjudged_grade;
-            for (int64_t j = 0; j < n_ideal; j++)
-                own_ideal[j + (ideal[j] <= unjudged_grade ? added : 0)] = ideal[j];
-            g = own_grades;
-            ideal = own_ideal;
-            n_ideal += added;
-            all_judged = 1;
-        } else if (condensed_policy) {
-            /* condensed for this query alone: its unjudged documents left out, the rest moved up;
-             * the labels (so R and the ideal ranking) as they are. */
-            int64_t kept = 0;
-            for (int64_t r = 0; r < length; r++)
-                if (judged_here[r]) own_grades[kept++] = g[r];
-            g = own_grades;
-            length = kept;
-            all_judged = 1;
-        }
         for (size_t j = 0; j < m; j++) {
+            int policy = per_metric ? policies[j] : single_policy;
+            double policy_grade = per_metric ? policy_grades[j] : unjudged_grade;
+            if (policy != shown || (policy == POLICY_RELEVANT && policy_grade != shown_grade)) {
+                view = policy_view(policy, policy_grade, query_grades, judged_here, query_length,
+                                   query_ideal, query_ideal_count, own_grades, own_ideal);
+                shown = policy;
+                shown_grade = policy_grade;
+                g = view.grades;
+                ideal = view.ideal;
+                length = view.length;
+                n_ideal = view.n_ideal;
+                all_judged = view.all_judged;
+            }
             int code = codes[j];
             int64_t k = cutoffs[j];
             int64_t depth = (k >= 0 && k < length) ? k : length;
@@ -632,7 +700,7 @@ static PyObject *score(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(own_grades);
     free(own_ideal);
-    release(bufs, 10);
+    release(bufs, n_bufs);
     Py_RETURN_NONE;
 }
 

@@ -608,28 +608,27 @@ def score(
     document built and read back, was a fifth of the scoring.
     """
     values: dict[MetricSpec, Floats] = {}
-    by_policy: dict[tuple[str, float], list[tuple[MetricSpec, int]]] = {}
+    twins: list[tuple[MetricSpec, int, str, float]] = []
     for spec in specs:
         if not native or _join is None:
             break
         code = native_code(spec)
         if code is not None:
-            key = spec.definition.unjudged_policy(dict(spec.params), defaults)
-            by_policy.setdefault(key, []).append((spec, code))
-    for (policy, grade), twins in by_policy.items():
-        if policy == "relevant":
-            # Scored query by query as ``with_unjudged_relevant(grade)`` makes it, in C.
-            values.update(_score_twins(batch, twins, defaults, unjudged_grade=grade))
-        elif policy == "condensed":
-            # Likewise as ``condensed()`` makes it: compare scores its metrics under this policy
-            # too, and building the whole condensed batch was a tenth of its scoring.
-            values.update(_score_twins(batch, twins, defaults, condensed=True))
-        else:
-            values.update(_score_twins(batch.under_unjudged(policy, grade), twins, defaults))
+            policy, grade = spec.definition.unjudged_policy(dict(spec.params), defaults)
+            twins.append((spec, code, policy, grade))
+    if twins:
+        # Every policy in one pass over the batch: under ``relevant`` (every evaluation's
+        # companions, for the unjudged range) and ``condensed`` (compare scores its metrics under
+        # all three) the twins make each query's arrays as the policy sees them, in C.
+        values.update(_score_policies(batch, twins, defaults))
     for spec in specs:
         if spec not in values:
             values[spec] = spec.compute(batch, defaults)
     return {spec: values[spec] for spec in specs}
+
+
+#: The policy codes of ``_join.score``, in the order its metrics are passed (grouped by policy).
+_POLICY_CODES = {"nonrelevant": 0, "condensed": 1, "relevant": 2}
 
 
 def _score_twins(
@@ -640,21 +639,43 @@ def _score_twins(
     unjudged_grade: float | None = None,
     condensed: bool = False,
 ) -> dict[MetricSpec, Floats]:
-    """The compiled twins' values over one batch, in one pass per query; with
-    ``unjudged_grade``, over ``batch.with_unjudged_relevant(unjudged_grade)``, and with
-    ``condensed``, over ``batch.condensed()`` (their queries made so one at a time, never the
-    whole batch: that batch's arrays were a fifth of the scoring)."""
+    """The compiled twins' values over ``batch`` under one policy: with ``unjudged_grade``, as
+    over ``batch.with_unjudged_relevant(unjudged_grade)``, with ``condensed`` as over
+    ``batch.condensed()``, else as the batch is."""
+    policy = "relevant" if unjudged_grade is not None else "condensed" if condensed else None
+    grade = 1.0 if unjudged_grade is None else float(unjudged_grade)
+    return _score_policies(
+        batch, [(spec, code, policy or "nonrelevant", grade) for spec, code in twins], defaults
+    )
+
+
+def _score_policies(
+    batch: RankedBatch,
+    twins: Sequence[tuple[MetricSpec, int, str, float]],
+    defaults: Mapping[str, float],
+) -> dict[MetricSpec, Floats]:
+    """The compiled twins' values, each under its unjudged-document policy (and the grade of an
+    unjudged document under ``relevant``), in one pass over the queries: each query's arrays as a
+    policy sees them (``RankedBatch.under_unjudged``) are made in C, one query at a time, never
+    the whole batch (that batch's arrays were a fifth of the scoring)."""
     if not batch.n_queries:
         return {}
+    for _, _, policy, _ in twins:
+        if policy not in _POLICY_CODES:
+            raise ValueError(f"unknown unjudged-document policy {policy!r}")
+    # Grouped by policy: the kernel makes a query's arrays again whenever the policy changes.
+    twins = sorted(twins, key=lambda twin: (_POLICY_CODES[twin[2]], twin[3]))
     longest = max(int(batch.ranked_lengths.max(initial=0)), int(batch.label_lengths.max(initial=0)))
-    if unjudged_grade is not None:
+    if any(policy == "relevant" for _, _, policy, _ in twins):
         # Each unjudged document joins the ideal ranking.
         longest = max(longest, int((batch.ranked_lengths + batch.label_lengths).max(initial=0)))
     # numpy computes the discounts, as the definitions do, so both divide by the same numbers.
     discounts = np.log2(np.arange(longest, dtype=np.float64) + 2.0)
-    codes = np.array([code for _, code in twins], dtype=np.int32)
-    cutoffs = np.array([-1 if s.k is None else s.k for s, _ in twins], dtype=np.int64)
-    rels = np.array([_rel(s, defaults) for s, _ in twins], dtype=np.float64)
+    codes = np.array([code for _, code, _, _ in twins], dtype=np.int32)
+    cutoffs = np.array([-1 if s.k is None else s.k for s, _, _, _ in twins], dtype=np.int64)
+    rels = np.array([_rel(s, defaults) for s, _, _, _ in twins], dtype=np.float64)
+    policies = np.array([_POLICY_CODES[policy] for _, _, policy, _ in twins], dtype=np.int32)
+    grades = np.array([grade for _, _, _, grade in twins], dtype=np.float64)
     out = np.empty((len(twins), batch.n_queries), dtype=np.float64)
     _join.score(
         batch.ranked_offsets,
@@ -667,10 +688,12 @@ def _score_twins(
         cutoffs,
         rels,
         out,
-        float("nan") if unjudged_grade is None else float(unjudged_grade),
-        condensed,
+        float("nan"),
+        False,
+        policies,
+        grades,
     )
-    return {spec: out[row] for row, (spec, _) in enumerate(twins)}
+    return {spec: out[row] for row, (spec, _, _, _) in enumerate(twins)}
 
 
 def _rel(spec: MetricSpec, defaults: Mapping[str, float]) -> float:

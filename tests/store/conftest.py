@@ -67,10 +67,15 @@ def fresh_postgres(postgres_url: str) -> str:
     return postgres_url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "sqlite-through-adbc", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty store of each kind."""
-    if request.param == "sqlite":
+    """An empty store of each kind; a SQLite store read as built (SQLite's C API, through
+    ``rankgate._sqlite_read``) and through ADBC, which reads it where that module is not built."""
+    if request.param == "sqlite-through-adbc":
+        from rankgate.store import columns
+
+        request.getfixturevalue("monkeypatch").setattr(columns, "SQLITE_C_API", False)
+    if request.param.startswith("sqlite"):
         return f"sqlite:///{tmp_path / 'traces.db'}"
     return str(request.getfixturevalue("fresh_postgres"))
 

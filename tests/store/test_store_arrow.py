@@ -267,6 +267,101 @@ def test_attributes_spliced_into_the_line_read_as_the_record_path_reads_them(
     assert table.column("segment").to_pylist()[-3:] == [segment] * 3
 
 
+# Attributes a hand-made or damaged store may hold: JSON that is not, or is only up to a NUL byte;
+# JSON nested deeper than the compiled check follows; escapes and controls of every kind.
+HOSTILE_ATTRIBUTES = [
+    '{"segment": "web"},"query_id":"forged",{"b": 2}',
+    '{"segment": "web"}\x00,"query_id":"forged"}',
+    '{"segment": "web\x00"}',
+    "[" * 300 + "]" * 300,
+    '{"segment": ' + "[" * 300 + "]" * 300 + "}",
+    '{"segment": "\x01\x1f"}',
+    '{"segment": "\\u00e9\\n\\"", "n": -0.5E-3}',
+    '{"segment": 01}',
+    '{"segment": 1.}',
+    '{"segment": tru}',
+    '{"segment": 1,}',
+    '{"segment" 1}',
+    '{"segment": "\\x"}',
+    '{"segment": "web"',
+    ' \r{"segment": "web"}\r ',
+    "\x7f",
+]
+
+
+@pytest.mark.parametrize("reader", ["_sqlite_read", "ADBC"])
+@pytest.mark.parametrize("attributes", HOSTILE_ATTRIBUTES, ids=range(len(HOSTILE_ATTRIBUTES)))
+def test_hostile_attributes_read_as_the_record_path_reads_them(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, reader: str, attributes: str
+) -> None:
+    """Attributes that are not one JSON value cannot add keys to a line: whichever reader
+    writes the lines (``_sqlite_read.store_lines`` in C, or SQLite's SQL through ADBC), the
+    report is the record path's."""
+    from rankgate.store import columns
+
+    _compiled_reader(reader == "_sqlite_read")
+    monkeypatch.setattr(columns, "SQLITE_C_API", reader == "_sqlite_read")
+    fill(sqlite_url, traces=40)
+    stamp = "2026-11-30T23:00:00.000000Z"
+    _raw_insert(sqlite_url, ("h1", "q1", stamp, None, '["d1", "d2"]', attributes))
+    for options in ({"on_invalid": "skip"}, {"on_invalid": "skip", "segment_by": ("segment",)}):
+        outcomes = []
+        for source_type in (StoreSource, RecordPath):
+            try:
+                outcomes.append(scored(source_type, sqlite_url, **dict(options))[0])
+            except InputError as problem:
+                outcomes.append(str(problem))
+        assert outcomes[0] == outcomes[1]
+
+
+def test_compiled_lines_equal_the_sql_lines(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_sqlite_read.store_lines`` writes, byte for byte, the line SQLite's SQL writes
+    (``_SQLITE_LINE``), in every combination of carried columns and ranking placement; it
+    refuses (the line "!", for the validator) only JSON nested deeper than its check follows."""
+    from rankgate.store import columns
+
+    _compiled_reader(True)
+    fill(sqlite_url, traces=200)
+    stamp = "2026-11-30T23:00:00.000000Z"
+    rows = [
+        (f"h{i}", f"hostile-{i}", stamp, None, '["d1", "d2"]', text)
+        for i, text in enumerate(HOSTILE_ATTRIBUTES)
+    ]
+    rows += [
+        ("v1", 'q"\\\x01\x1f\x7f\u00e9', stamp, "v\t\n", '["a", "b"]', "{}"),
+        ("v2", "q2", stamp, "a", '["a",', "{}"),  # a ranking that is no JSON
+        ("v3", "q3", stamp, "a", 7, "{}"),  # a ranking that is no text
+        (5, "q4", stamp, None, '["a"]', "{}"),  # a trace ID that is no text
+    ]
+    _raw_insert(sqlite_url, *rows)
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+
+    def lines(c_api: bool, names: list[str], apart: bool) -> list[Any]:
+        monkeypatch.setattr(columns, "SQLITE_C_API", c_api)
+        reader = columns.StoreReader(sqlite_url, "store", "sqlite", path, 1.0)
+        try:
+            found = []
+            for batch in reader.traces(Window(), names, ranking_apart=apart):
+                found += list(zip(*batch.to_pydict().values(), strict=True))
+            return found
+        finally:
+            reader.close()
+
+    for names in ([], ["trace_id", "timestamp", "variant"], ["variant"]):
+        for apart in (True, False):
+            compiled, sql = lines(True, names, apart), lines(False, names, apart)
+            assert len(compiled) == len(sql) > 200
+            assert sum(row[2] != "!\n" for row in compiled) > 200
+            differ = {c[1] for c, s in zip(compiled, sql, strict=True) if c != s}
+            # SQLite's json_valid follows nesting past the compiled check's 256 levels.
+            assert differ == {"hostile-3", "hostile-4"}
+            for c, s in zip(compiled, sql, strict=True):
+                if c != s:
+                    assert c[2] == "!\n" and s[2] != "!\n", (c, s)
+
+
 def test_damaged_json_cannot_rewrite_a_trace(sqlite_url: str) -> None:
     """A ranking whose text is not one JSON value could, spliced into a line, set other keys; it
     is refused exactly as the record path refuses it."""
@@ -361,7 +456,7 @@ def test_labels_read_in_two_halves_equal_the_record_path(
     from rankgate.store import columns
 
     _compiled_reader(compiled)
-    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
+    monkeypatch.setattr(columns, "SQLITE_C_API", compiled)
     fill(sqlite_url)
     _shuffle_labels(sqlite_url)
     monkeypatch.setattr(columns, "_SPLIT_LABELS_FROM", 1)
@@ -374,13 +469,13 @@ def test_labels_read_in_two_halves_equal_the_record_path(
         if "FROM rankgate_labels WHERE" in sql:
             reads.append("half" if "rowid" in sql else "whole")
 
-    def counted(self: Any, sql: str, params: list[Any], options: Any = None) -> Any:
+    def counted(self: Any, sql: str, params: list[Any], options: Any = None, **kinds: str) -> Any:
         read(sql)
         if sql == "PRAGMA data_version" and writer_meanwhile:
             import pyarrow as pa
 
             return pa.table({"v": [next(versions)]})
-        return fetch(self, sql, params, options)
+        return fetch(self, sql, params, options, **kinds)
 
     def counted_compiled(self: Any, sql: str, params: list[Any]) -> Any:
         assert compiled
@@ -431,7 +526,7 @@ def test_labels_of_other_types_read_as_the_record_path_reads_them(
     from rankgate.store import columns
 
     _compiled_reader(compiled)
-    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
+    monkeypatch.setattr(columns, "SQLITE_C_API", compiled)
     fill(sqlite_url)
     monkeypatch.setattr(columns, "_SQLITE_LABEL_BATCH_ROWS", 8)
     path = sqlite_url.removeprefix("sqlite:///")
@@ -469,7 +564,7 @@ def test_labels_of_a_table_without_text_affinity_keep_their_text(
     from rankgate.store import columns
 
     _compiled_reader(compiled)
-    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
+    monkeypatch.setattr(columns, "SQLITE_C_API", compiled)
     fill(sqlite_url, traces=30)
     path = sqlite_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as db:
@@ -529,7 +624,7 @@ def test_a_narrow_window_whose_labels_are_all_in_one_half(
     for read in ("compiled", "bare", "guarded"):
         if read == "compiled" and columns._sqlite_read is None:
             continue
-        monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", read == "compiled")
+        monkeypatch.setattr(columns, "SQLITE_C_API", read == "compiled")
         if read == "guarded":  # the guarded read splits the same way
             monkeypatch.setattr(columns, "_SQLITE_LABELS_BARE", columns._SQLITE_LABELS)
         reader = columns.StoreReader(sqlite_url, "store", "sqlite", Path(path), 1.0)
@@ -549,7 +644,7 @@ def test_a_label_read_that_fails_names_the_store_in_one_line(
     from rankgate.store import columns
 
     _compiled_reader(compiled)
-    monkeypatch.setattr(columns, "COMPILED_SQLITE_LABELS", compiled)
+    monkeypatch.setattr(columns, "SQLITE_C_API", compiled)
     fill(sqlite_url, traces=30)
     path = sqlite_url.removeprefix("sqlite:///")
     reader = columns.StoreReader(sqlite_url, "the-store", "sqlite", Path(path), 0.2)
@@ -580,4 +675,49 @@ def test_a_label_read_that_fails_names_the_store_in_one_line(
         assert "no such table: rankgate_labels" in message
     finally:
         holder.close()
+        reader.close()
+
+
+def _locks_held(path: Path) -> list[str]:
+    """The POSIX locks this process holds on a SQLite database or its shared-memory file."""
+    inodes = {os.stat(name).st_ino for name in (path, Path(f"{path}-shm")) if os.path.exists(name)}
+    held = []
+    with open("/proc/locks") as locks:
+        for line in locks:
+            parts = line.split()
+            if parts[4] == str(os.getpid()) and int(parts[5].split(":")[2]) in inodes:
+                held.append(" ".join(parts[1:4]))
+    return held
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="no /proc/locks to read locks from")
+def test_a_streaming_read_keeps_its_locks_when_another_connection_closes(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the traces stream, the record path (Python's sqlite3) and a label read each open
+    and close a connection to the same store. With two copies of SQLite in the process (ADBC's
+    driver carries its own), a close by one drops the locks the other's open reads hold, and a
+    writer may then change pages under the stream; through ``_sqlite_read``, which links the
+    system's SQLite as Python's sqlite3 does, the stream keeps them."""
+    from rankgate.store import columns
+
+    _compiled_reader(True)
+    fill(sqlite_url, traces=3000)
+    path = Path(sqlite_url.removeprefix("sqlite:///"))
+    monkeypatch.setattr(columns, "_SQLITE_BATCH_ROWS", 100)
+    reader = columns.StoreReader(sqlite_url, "store", "sqlite", path, 1.0)
+    traces = reader.traces(Window(), ["query_id"], ranking_apart=True)
+    try:
+        next(traces)  # the statement is open: its read holds locks
+        streaming = _locks_held(path)
+        assert streaming
+        other = columns.StoreReader(sqlite_url, "store", "sqlite", path, 1.0)
+        other.labels(Window(), narrow=False)
+        other.close()
+        record_path = sqlite3.connect(path)
+        record_path.execute("SELECT count(*) FROM rankgate_traces").fetchone()
+        record_path.close()
+        assert _locks_held(path) == streaming
+    finally:
+        traces.close()
         reader.close()

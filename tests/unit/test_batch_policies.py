@@ -144,6 +144,50 @@ def test_compiled_twins_under_condensed_equal_them_over_the_definitions_batch(
 
 
 @settings(max_examples=300, deadline=None)
+@given(
+    found=queries(),
+    grades=st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=1, max_size=3),
+    odd=st.lists(st.floats(-1.0, 4.0, allow_nan=False), max_size=40),
+    order=st.randoms(use_true_random=False),
+)
+def test_every_policy_in_one_pass_equals_each_policy_over_its_own_batch(
+    found: list[tuple[list[str], dict[str, float]]],
+    grades: list[float],
+    odd: list[float],
+    order: Any,
+) -> None:
+    """``fast.score`` scores the twins of all policies in one call to ``_join.score``, each query's
+    arrays made again as each policy sees them (and, under ``relevant``, each grade); metrics in
+    any order, of policies in any mix, give to the bit what the twins give over the batch each
+    policy's definition makes (``RankedBatch.under_unjudged``)."""
+    if not fast.available():
+        pytest.skip("built without the compiled extension")
+    batch = _with_odd_grades(found, odd)
+    if not batch.n_queries:
+        return
+    specs = []
+    for name in TWIN_METRICS:
+        spec = parse_metric(name)
+        specs.append(spec)
+        if any(p.name == "unjudged" for p in spec.definition.params):
+            specs.append(spec.with_params(unjudged="condensed"))
+            specs.append(spec.with_params(unjudged="relevant"))
+            if any(p.name == "rel" for p in spec.definition.params):
+                for grade in grades:  # an unjudged document takes the metric's rel
+                    specs.append(spec.with_params(unjudged="relevant", rel=grade))
+    specs = list(dict.fromkeys(specs))
+    order.shuffle(specs)
+    defaults = {"rel": 1.0}
+    together = fast.score(batch, specs, defaults)
+    for spec in specs:
+        policy, grade = spec.definition.unjudged_policy(dict(spec.params), defaults)
+        alone = fast._score_twins(
+            batch.under_unjudged(policy, grade), [(spec, fast.native_code(spec))], defaults
+        )[spec]
+        assert together[spec].tobytes() == alone.tobytes(), spec
+
+
+@settings(max_examples=300, deadline=None)
 @given(queries())
 def test_condensed_drops_unjudged_documents_and_keeps_the_labels(
     found: list[tuple[list[str], dict[str, float]]],

@@ -1,4 +1,6 @@
-"""A store window as Arrow columns, read through ADBC, with no Python object per ID.
+"""A store window as Arrow columns, with no Python object per ID: a SQLite store read through
+SQLite's C API (``rankgate._sqlite_read``; through ADBC where it is not built), PostgreSQL through
+ADBC.
 
 The columnar read of a store has three parts, each done where it is cheapest:
 
@@ -23,8 +25,8 @@ The columnar read of a store has three parts, each done where it is cheapest:
   of traces by query ID: a vectorised hash of the IDs, a binary search, and an exact comparison of
   the matched IDs. A query without labels in the table keeps the ``relevance_scores`` of its
   attributes, as the record does. SQLite's C API (``rankgate._sqlite_read``) reads a SQLite
-  store's label rows about twice as fast as ADBC, but is off (``COMPILED_SQLITE_LABELS``) while
-  the traces still come through ADBC's own copy of SQLite.
+  store's label rows about twice as fast as ADBC: a function of its own, called by the statement
+  for each row, appends the row to the Arrow buffers.
 
 A row the database cannot vouch for (SQLite JSON that does not parse or holds a line break, a value
 of an unexpected type, a PostgreSQL time with a year outside 1000-9999, a ranking with more than one
@@ -85,7 +87,8 @@ RANKING_SEPARATOR = "\x1f"
 # '["a"],"query_id":"x"' would otherwise override a key). Valid JSON is spliced as written: the
 # attributes' object without its braces (whitespace between tokens is the scanner's to skip), the
 # ranking last, where nothing after it can be reinterpreted. Text with a line break would split
-# the line: such a row goes to the validator whole, as does any row of unexpected types.
+# the line: such a row goes to the validator whole, as does any row of unexpected types, and text
+# holding a NUL byte (json_valid and substr read text only up to one: '{"a":1}' then anything).
 # Attributes as the recorder writes them (no white space around the braces) skip the trims, five
 # per row and a quarter of the line's cost: valid JSON that opens and closes with a brace is an
 # object, and an object with no '"' in it has no member.
@@ -98,7 +101,7 @@ _SQLITE_LINE = (
  {ranking_checks}
  AND (t.attributes IS NULL OR t.attributes = ''
       OR (typeof(t.attributes) = 'text' AND json_valid(t.attributes)
-          AND instr(t.attributes, char(10)) = 0))
+          AND instr(t.attributes, char(10)) = 0 AND instr(t.attributes, char(0)) = 0))
 THEN '{{' || CASE WHEN t.attributes IS NULL THEN ''
       WHEN substr(t.attributes, 1, 1) = '{{' AND substr(t.attributes, -1) = '}}'
       THEN CASE WHEN instr(t.attributes, '"') = 0 THEN '' ELSE
@@ -119,7 +122,7 @@ THEN '{{' || CASE WHEN t.attributes IS NULL THEN ''
 _SQLITE_RANKING_IN_LINE = {
     "ranking": "t.retrieved_ids",
     "ranking_checks": "AND typeof(t.retrieved_ids) = 'text' AND json_valid(t.retrieved_ids)\n"
-    " AND instr(t.retrieved_ids, char(10)) = 0",
+    " AND instr(t.retrieved_ids, char(10)) = 0 AND instr(t.retrieved_ids, char(0)) = 0",
 }
 _SQLITE_RANKING_APART = {"ranking": "'[]'", "ranking_checks": ""}
 _SQLITE_RANKING_COLUMN = (
@@ -131,6 +134,22 @@ _SQLITE_CARRIED = {
     "trace_id": "',\"trace_id\":' || json_quote(t.trace_id)",
     "timestamp": "',\"timestamp\":' || json_quote(t.recorded_at)",
     "variant": "coalesce(',\"variant\":' || json_quote(t.variant), '')",
+}
+
+# SQLite through ``_sqlite_read``: the raw columns, and whether their types are the record path's
+# (``plain``); ``_sqlite_read.store_lines`` then writes the line above in C, checking the JSON
+# itself. In SQL the checks and concatenations took two thirds of SQLite's time for a window
+# (2.2 s of the 1M-trace bench window, against 0.7 s for the raw columns alone, 2026-12-07).
+_SQLITE_PLAIN = (
+    "CASE WHEN typeof(t.trace_id) = 'text' AND typeof(t.query_id) = 'text' "
+    "AND typeof(t.recorded_at) = 'text' AND (t.variant IS NULL OR typeof(t.variant) = 'text') "
+    "AND (t.attributes IS NULL OR typeof(t.attributes) = 'text'){ranking} THEN 1 ELSE 0 END"
+)
+# The store's columns a field or segment may read by name: (column, the line's prefix).
+_SQLITE_MEMBERS = {
+    "trace_id": ("t.trace_id", ',"trace_id":'),
+    "timestamp": ("t.recorded_at", ',"timestamp":'),
+    "variant": ("t.variant", ',"variant":'),
 }
 
 # PostgreSQL: JSONB attributes render as an object's text, texts through to_json; the ranking
@@ -178,19 +197,18 @@ _SQLITE_LABELS_COMPILED = (
 )
 
 
-try:  # built where SQLite's headers were found (setup.py); else the labels come through ADBC
+try:  # built where SQLite's headers were found (setup.py); else a SQLite store is read through ADBC
     import rankgate._sqlite_read as _sqlite_read
 except ImportError:  # pragma: no cover - the build without SQLite's headers
     _sqlite_read = None  # type: ignore[assignment]
-#: Whether a SQLite store's labels are read through ``_sqlite_read`` when it is built. Off: that
-#: module links the system's SQLite, and ADBC's driver carries a copy of its own. POSIX locks
-#: belong to the process, so a connection one copy closes drops the locks the other copy's open
-#: connections hold on the same file (SQLite's "How To Corrupt An SQLite Database File", 2.2.1),
-#: and the traces stream through ADBC while the labels are read. With a writer checkpointing the
-#: WAL meanwhile, that stream could read pages of another state of the store. Safe to turn on once
-#: a SQLite store is read through one copy only (the traces through ``_sqlite_read`` as well).
-#: The tests turn it on to hold its rows equal to the record path's.
-COMPILED_SQLITE_LABELS = False
+#: Whether a SQLite store is read through ``_sqlite_read`` (SQLite's C API) when it is built, every
+#: query of the columnar read included; else through ADBC. Never both in one read: ADBC's driver
+#: carries a copy of SQLite of its own, and POSIX locks belong to the process, so a connection one
+#: copy closes drops the locks the other copy's open connections hold on the same file (SQLite's
+#: "How To Corrupt An SQLite Database File", 2.2.1). ``_sqlite_read`` links the system's SQLite,
+#: the one Python's ``sqlite3`` (the record path's ``StoreSource.reread``, the recorder) links.
+#: The tests turn it off to hold the ADBC read equal to the record path as well.
+SQLITE_C_API = True
 
 
 class _SQLiteReadError(Exception):
@@ -202,10 +220,13 @@ class _SQLiteReadError(Exception):
 
 
 def available(dialect: str) -> bool:
-    """Whether the ADBC driver of this dialect is installed (``rankgate[postgres]`` brings
-    PostgreSQL's; SQLite's is a dependency of rankgate)."""
+    """Whether a store of this dialect can be read as columns: SQLite's through ``_sqlite_read``
+    or ADBC's driver, PostgreSQL's through ADBC's (``rankgate[postgres]`` brings it; SQLite's is a
+    dependency of rankgate)."""
     try:
         if dialect == "sqlite":
+            if _sqlite_read is not None and SQLITE_C_API:
+                return True
             import adbc_driver_sqlite  # noqa: F401
         else:
             import adbc_driver_postgresql  # type: ignore[import-untyped]  # noqa: F401
@@ -319,7 +340,8 @@ def _bare_labels_fit(table: Any) -> bool:
 
 
 class StoreReader:
-    """One window of a store read through ADBC on a read-only connection of its own.
+    """One window of a store read on a read-only connection of its own (``_sqlite_read`` or
+    ADBC, see ``SQLITE_C_API``).
 
     ``labels()`` reads the labels table grouped by query; ``traces()`` then yields record batches
     of ``key`` (SQLite's rowid, PostgreSQL's seq), ``query_id``, ``line`` (text, each ending in a
@@ -337,6 +359,19 @@ class StoreReader:
         self._lock_wait = lock_wait
         self._database: Any = None
         self._connection: Any = None
+        #: SQLite's C API (``_sqlite_read.Connection``), which then serves every query here.
+        self._native: Any = None
+        if dialect == "sqlite" and _sqlite_read is not None and SQLITE_C_API:
+            assert path is not None
+            # mode=ro: the engine refuses writes; as_uri() percent-encodes the path.
+            uri = path.resolve().as_uri() + "?mode=ro"
+            self._native = self._call(
+                _sqlite_read.Connection,
+                uri,
+                max(int(lock_wait * 1000), 1),
+                doing="cannot connect: ",
+            )
+            return
         try:
             # The drivers' low-level API: their DB-API layer imports pandas, polars and
             # pyarrow.dataset when installed, a third of a second for nothing used here.
@@ -365,6 +400,92 @@ class StoreReader:
             self.close()
             raise self._problem(problem, "cannot connect: ") from None
 
+    def _call(self, work: Any, *args: Any, doing: str = "query failed: ") -> Any:
+        """``work(*args)`` of ``_sqlite_read``, its SQLite error as the store's one-line error."""
+        assert _sqlite_read is not None
+        try:
+            return work(*args)
+        except _sqlite_read.Error as problem:
+            code, message = problem.args
+            raise self._problem(_SQLiteReadError(code, message), doing) from None
+
+    def _native_batches(self, sql: str, params: Sequence[Any], kinds: str) -> Iterator[Any]:
+        """The rows of ``sql`` through SQLite's C API, as record batches: ``kinds`` holds a letter
+        per column, 'i' for int64 and 't' for text (``_sqlite_read``). The first item is the
+        schema (a query without rows has one too)."""
+        import pyarrow as pa
+
+        cursor = self._call(self._native.query, sql, tuple(params), kinds)
+        try:
+            types = {"i": pa.int64(), "t": pa.large_string()}
+            schema = pa.schema(
+                [(name, types[kind]) for name, kind in zip(cursor.names, kinds, strict=True)]
+            )
+            yield schema
+            while (found := self._call(cursor.fetch, _SQLITE_BATCH_ROWS)) is not None:
+                rows, columns = found
+                arrays = []
+                for kind, column in zip(kinds, columns, strict=True):
+                    validity = None if column[0] is None else pa.py_buffer(column[0])
+                    buffers = [validity, *(pa.py_buffer(block) for block in column[2:])]
+                    kind_type = types[kind]
+                    arrays.append(
+                        pa.Array.from_buffers(kind_type, rows, buffers, null_count=column[1])
+                    )
+                yield pa.record_batch(arrays, schema=schema)
+        finally:
+            cursor.close()
+
+    def _native_traces(
+        self, window: Window, names: Sequence[str], *, ranking_apart: bool
+    ) -> Iterator[Any]:
+        """``traces`` of a SQLite store through ``_sqlite_read``: its raw columns, each batch's
+        lines written by ``store_lines`` as ``_SQLITE_LINE`` writes them."""
+        import pyarrow as pa
+
+        assert _sqlite_read is not None
+        members = [("t.query_id", '"query_id":', False)]
+        members += [(*_SQLITE_MEMBERS[name], False) for name in _SQLITE_MEMBERS if name in names]
+        if not ranking_apart:
+            members.append(("t.retrieved_ids", ',"retrieved_ids":', True))
+        plain = _SQLITE_PLAIN.format(
+            ranking="" if ranking_apart else " AND typeof(t.retrieved_ids) = 'text'"
+        )
+        # The text of a query ID the line refuses (a number, say) is what sampling hashes.
+        columns = ["t.rowid AS key", "CAST(t.query_id AS TEXT) AS query_id", f"{plain} AS plain"]
+        columns += ["t.attributes"] + [
+            f"{column} AS m{i}" for i, (column, _, _) in enumerate(members)
+        ]
+        if ranking_apart:
+            columns.append(_SQLITE_RANKING_COLUMN)
+        where, params = self._where(window)
+        sql = (
+            f"SELECT {', '.join(columns)} FROM rankgate_traces t{where} "
+            "ORDER BY t.recorded_at, t.rowid"
+        )
+        kinds = "iti" + "t" * (1 + len(members)) + ("t" if ranking_apart else "")
+        suffix = ',"retrieved_ids":[]' if ranking_apart else ""
+        batches = self._native_batches(sql, params, kinds)
+        next(batches)  # the schema
+        for batch in batches:
+            texts = [_text_buffers(batch.column(3 + i)) for i in range(1 + len(members))]
+            offsets, data = _sqlite_read.store_lines(
+                batch.num_rows,
+                batch.column(2).buffers()[1],
+                texts[0],
+                [(prefix, texts[1 + i], raw) for i, (_, prefix, raw) in enumerate(members)],
+                suffix,
+            )
+            lines = pa.LargeStringArray.from_buffers(
+                batch.num_rows, pa.py_buffer(offsets), pa.py_buffer(data)
+            )
+            kept = [batch.column(0), batch.column(1), lines]
+            kept_names = ["key", "query_id", "line"]
+            if ranking_apart:
+                kept.append(batch.column(batch.num_columns - 1))
+                kept_names.append("ranking")
+            yield pa.record_batch(kept, names=kept_names)
+
     def _errors_or_import(self) -> tuple[type[BaseException], ...]:
         errors: list[type[BaseException]] = [ImportError]
         if hasattr(self, "_errors"):
@@ -375,7 +496,7 @@ class StoreReader:
         text = describe_error(problem, self.url)
         if isinstance(problem, ImportError):
             return StoreError(f"{self.name}: {doing}{text}")
-        if isinstance(problem, self._unavailable) and self.dialect != "sqlite":
+        if self.dialect != "sqlite" and isinstance(problem, self._unavailable):
             return StoreUnavailable(f"{self.name}: unavailable ({text})")
         if self.dialect == "sqlite":
             # The same words as the record path's (a lock, a file that cannot be read now).
@@ -420,6 +541,9 @@ class StoreReader:
         return bool(found.column(0)[0].as_py() == "UTF8")
 
     def close(self) -> None:
+        if self._native is not None:
+            self._native.close()
+            self._native = None
         for handle in (self._connection, self._database):
             if handle is not None:
                 with contextlib.suppress(Exception):  # a broken connection closes anyway
@@ -487,7 +611,7 @@ class StoreReader:
             # In the table's own order (SQLite walks its primary-key index four times slower than
             # the table), grouped here; the groups are put in the order of SQLite's BINARY
             # collation (bytes) only when a caller wants them listed (``LabelGroups.table``).
-            if _sqlite_read is not None and COMPILED_SQLITE_LABELS:
+            if self._native is not None:
                 compiled = sql.replace(_SQLITE_LABELS, _SQLITE_LABELS_COMPILED)
                 table = self._sqlite_labels(compiled, params, compiled=True)
             else:
@@ -527,15 +651,10 @@ class StoreReader:
         SQLite's C API (``_sqlite_read``) into a table of query ID, document ID and grade,
         converted as ``_SQLITE_LABELS`` converts them. One statement on a connection of its own:
         one state of the table."""
-        assert _sqlite_read is not None and self._path is not None
         import pyarrow as pa
 
-        uri = self._path.resolve().as_uri() + "?mode=ro"
-        wait_ms = max(int(self._lock_wait * 1000), 1)
-        found = _sqlite_read.read_labels(uri, sql, tuple(params), wait_ms)
-        if found[0]:
-            raise self._problem(_SQLiteReadError(found[0], found[1]), "query failed: ")
-        _, _, rows, query_offsets, query_data, offsets, data, grades, valid, missing = found
+        found = self._call(self._native.read_labels, sql, tuple(params))
+        rows, query_offsets, query_data, offsets, data, grades, valid, missing = found
         query_ids = pa.LargeStringArray.from_buffers(
             rows, pa.py_buffer(query_offsets), pa.py_buffer(query_data)
         )
@@ -573,6 +692,7 @@ class StoreReader:
             "SELECT (SELECT min(rowid) FROM rankgate_labels) AS low, "
             "(SELECT max(rowid) FROM rankgate_labels) AS high",
             [],
+            kinds="ii",
         ).to_pylist()[0]
         low, high = ends["low"], ends["high"]
         if low is None or high - low < _SPLIT_LABELS_FROM:
@@ -620,11 +740,24 @@ class StoreReader:
         return len(found) == 2 and all(row["type"] == "TEXT" for row in found)
 
     def _data_version(self) -> int:
-        return int(self._fetch_table("PRAGMA data_version", []).column(0)[0].as_py())
+        found = self._fetch_table("PRAGMA data_version", [], kinds="i")
+        return int(found.column(0)[0].as_py())
 
     def _fetch_table(
-        self, sql: str, params: list[Any], options: dict[str, str] | None = None
+        self,
+        sql: str,
+        params: list[Any],
+        options: dict[str, str] | None = None,
+        *,
+        kinds: str = "",
     ) -> Any:
+        """All rows of ``sql`` as an Arrow table; through SQLite's C API, ``kinds`` types its
+        columns (``_native_batches``), and ``options`` (ADBC's) do not apply."""
+        if self._native is not None:
+            import pyarrow as pa
+
+            schema, *batches = self._native_batches(sql, params, kinds)
+            return pa.Table.from_batches(batches, schema)
         try:
             statement, reader = self._query(sql, params, **(options or {}))
             try:
@@ -667,6 +800,9 @@ class StoreReader:
             # held the client idle for seconds (and spilled to disk at the default work_mem).
             # This connection reads the traces only.
             self._run("SET enable_sort = off")
+        if self._native is not None:
+            yield from self._native_traces(window, names, ranking_apart=ranking_apart)
+            return
         statement = None
         try:
             statement, reader = self._query(sql, params, **options)
@@ -682,6 +818,13 @@ class StoreReader:
         finally:
             if statement is not None:
                 statement.close()
+
+
+def _text_buffers(column: Any) -> tuple[Any, Any, Any]:
+    """A large_string column of ``_native_batches`` (never sliced) as its offsets, data and
+    validity bitmap (or None)."""
+    validity, offsets, data = column.buffers()
+    return offsets, data if data is not None else b"", validity if column.null_count else None
 
 
 def _carried(columns: dict[str, str], names: Sequence[str]) -> dict[str, str]:
