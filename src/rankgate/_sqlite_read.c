@@ -14,9 +14,9 @@
  *         grade_valid, missing_grades)
  *   `sql` calls rankgate_label(query_id, document_id, grade) for each row (`SELECT
  *   sum(rankgate_label(...)) FROM rankgate_labels ...`). Each row is converted as the guarded SQL
- *   of store/columns.py converts it: a row whose query ID is not TEXT or whose document ID is NULL
- *   is left out; the document ID becomes its text as CAST(... AS TEXT) writes it; a grade that is
- *   not INTEGER or REAL is missing (grade_valid 0). ADBC's driver turns each value into Arrow
+ *   of store/columns.py converts it: a row whose query ID is not TEXT is left out; the document ID
+ *   becomes its text as CAST(... AS TEXT) writes it (a NULL one '', its grade missing); a grade
+ *   that is not INTEGER or REAL is missing (grade_valid 0). ADBC's driver turns each value into Arrow
  *   through its general row path, about 70 ns a value, three quarters of its label read; called
  *   from inside the statement, a row costs no sqlite3_step and no sqlite3_column_* call either.
  *
@@ -144,12 +144,15 @@ static void label_row(sqlite3_context *context, int count, sqlite3_value **value
     sqlite3_result_int(context, 0);
     /* Types before values: sqlite3_value_text converts a value in place. */
     if (sqlite3_value_type(values[0]) != SQLITE_TEXT) return;
-    if (sqlite3_value_type(values[1]) == SQLITE_NULL) return;
+    /* A NULL document (a hand-made table may hold one) is an empty ID with no grade: its query's
+     * traces go to the validator, which reports the damaged labels as the record path does. */
+    int no_document = sqlite3_value_type(values[1]) == SQLITE_NULL;
     int kind = sqlite3_value_type(values[2]);
-    uint8_t valid = kind == SQLITE_INTEGER || kind == SQLITE_FLOAT;
+    uint8_t valid = !no_document && (kind == SQLITE_INTEGER || kind == SQLITE_FLOAT);
     double grade = valid ? sqlite3_value_double(values[2]) : 0.0;
-    const unsigned char *document = sqlite3_value_text(values[1]);
-    int document_bytes = sqlite3_value_bytes(values[1]);
+    const unsigned char *document =
+        no_document ? (const unsigned char *)"" : sqlite3_value_text(values[1]);
+    int document_bytes = no_document ? 0 : sqlite3_value_bytes(values[1]);
     const unsigned char *query = sqlite3_value_text(values[0]);
     int query_bytes = sqlite3_value_bytes(values[0]);
     Grow *grows = reading->grows;

@@ -721,3 +721,35 @@ def test_a_streaming_read_keeps_its_locks_when_another_connection_closes(
     finally:
         traces.close()
         reader.close()
+
+
+@pytest.mark.parametrize("reader", ["_sqlite_read", "ADBC"])
+def test_a_label_without_a_document_reads_as_the_record_path_reads_it(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """A hand-made labels table without NOT NULL can hold a label with no document: the run
+    stops with the record path's own message, on the columnar read as on the record path (the
+    columnar read once left such a label out and scored the query)."""
+    from rankgate.store import columns
+
+    _compiled_reader(reader == "_sqlite_read")
+    monkeypatch.setattr(columns, "SQLITE_C_API", reader == "_sqlite_read")
+    fill(sqlite_url, traces=30)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE rankgate_labels RENAME TO kept")
+        db.execute(
+            "CREATE TABLE rankgate_labels (query_id TEXT NOT NULL, document_id TEXT, "
+            "grade REAL NOT NULL, labeled_at TEXT, source TEXT)"
+        )
+        db.execute("INSERT INTO rankgate_labels SELECT * FROM kept")
+        db.execute("INSERT INTO rankgate_labels VALUES ('q1', NULL, 2.0, NULL, NULL)")
+        db.execute("DROP TABLE kept")
+    outcomes = []
+    for source_type in (StoreSource, RecordPath):
+        try:
+            outcomes.append(scored(source_type, sqlite_url, on_invalid="skip")[0])
+        except InputError as problem:
+            outcomes.append(str(problem))
+    assert outcomes[0] == outcomes[1]
+    assert "stored JSON is damaged" in outcomes[0]
