@@ -26,7 +26,7 @@ setup(
         ),
         Extension(
             # Needs SQLite's headers and library (Debian: libsqlite3-dev); without them a
-            # SQLite store's labels are read through ADBC instead.
+            # SQLite store is read through ADBC instead (a copy of SQLite of its own).
             "rankgate._sqlite_read",
             sources=["src/rankgate/_sqlite_read.c"],
             libraries=["sqlite3"],

@@ -807,12 +807,8 @@ def _scored_against_saved(
         [*saved.table.column("query_id").chunks, saved.unscored_ids], pa.large_string()
     ).combine_chunks()
     side_ids = side.table.column("query_id")
-    in_base = fast.numpy_of(
-        pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
-    ).astype(np.int64)
-    in_side = fast.numpy_of(pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1)).astype(
-        np.int64
-    )
+    in_base = fast.numpy_filled(pc.index_in(side_ids, value_set=base_ids), -1).astype(np.int64)
+    in_side = fast.numpy_filled(pc.index_in(base_ids, value_set=side_ids), -1).astype(np.int64)
     base_rows = np.flatnonzero(in_side >= 0)
     paired = len(base_rows)
     baseline_only = np.flatnonzero(in_side < 0)
@@ -825,10 +821,10 @@ def _scored_against_saved(
         baseline_only=len(baseline_only),
         candidate_only=len(candidate_only),
         baseline_only_ids=tuple(
-            base_ids.take(pa.array(baseline_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+            base_ids.take(fast.index_array(baseline_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
         ),
         candidate_only_ids=tuple(
-            side_ids.take(pa.array(candidate_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+            side_ids.take(fast.index_array(candidate_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
         ),
         design=design,
         requested=requested,
@@ -843,11 +839,11 @@ def _scored_against_saved(
         return _Scored(pairing, before, after, scorer._segments(before), after_segments)
     # The candidate's paired rows, segmented by the baseline's saved values (a query the baseline
     # did not score has none: if the candidate scores it, the run is refused below).
-    attributes = _saved_attributes(saved).take(pa.array(base_rows, pa.int64()))
+    attributes = _saved_attributes(saved).take(fast.index_array(base_rows))
     side_rows = in_side[base_rows]
     order = np.argsort(side_rows, kind="stable")
     after, _ = scorer.score(
-        _rows(side.table, np.sort(side_rows)), attributes.take(pa.array(order)), side
+        _rows(side.table, np.sort(side_rows)), attributes.take(fast.index_array(order)), side
     )
     # The baseline rows of the queries the candidate scored, in its order.
     rows = fast.numpy_of(pc.index_in(_ids(after), value_set=base_ids)).astype(np.int64)
@@ -1076,7 +1072,6 @@ class _Scorer:
 
 
 def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -> _Scored:
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     base_ids = base.table.column("query_id")
@@ -1089,12 +1084,8 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
         matched = np.flatnonzero(in_base >= 0)
         in_side[in_base[matched]] = matched
     else:
-        in_base = fast.numpy_of(
-            pc.fill_null(pc.index_in(side_ids, value_set=base_ids), -1).combine_chunks()
-        ).astype(np.int64)
-        in_side = fast.numpy_of(
-            pc.fill_null(pc.index_in(base_ids, value_set=side_ids), -1).combine_chunks()
-        ).astype(np.int64)
+        in_base = fast.numpy_filled(pc.index_in(side_ids, value_set=base_ids), -1).astype(np.int64)
+        in_side = fast.numpy_filled(pc.index_in(base_ids, value_set=side_ids), -1).astype(np.int64)
     base_rows = np.flatnonzero(in_side >= 0)  # paired, in the baseline's order
     paired = len(base_rows)
     baseline_only = np.flatnonzero(in_side < 0)
@@ -1107,10 +1098,10 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
         baseline_only=len(baseline_only),
         candidate_only=len(candidate_only),
         baseline_only_ids=tuple(
-            base_ids.take(pa.array(baseline_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+            base_ids.take(fast.index_array(baseline_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
         ),
         candidate_only_ids=tuple(
-            side_ids.take(pa.array(candidate_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
+            side_ids.take(fast.index_array(candidate_only[:UNPAIRED_EXAMPLES_KEPT])).to_pylist()
         ),
         design=design,
         requested=requested,
@@ -1145,7 +1136,7 @@ def _scored(base: SideTable, side: SideTable, requested: str, scorer: _Scorer) -
             # with the baseline's attributes, then put the values in the baseline's order.
             order = np.argsort(side_rows, kind="stable")
             in_candidate_order = np.sort(side_rows)
-            attributes = base_paired.take(pa.array(order))
+            attributes = base_paired.take(fast.index_array(order))
             candidate = pool.submit(
                 scorer.score, _rows(side.table, in_candidate_order), attributes, side
             )
@@ -1214,12 +1205,11 @@ def _scored_ahead(
     """The paired sides' evaluations, from what was scored while they were read where that is
     what scoring them now would give (``_Scorer.ahead_for``), the rest scored now as ``_scored``
     scores them; None when neither side was scored while read."""
-    import pyarrow as pa
 
     order = None if in_order else np.argsort(side_rows, kind="stable")
     in_candidate_order = side_rows if order is None else np.sort(side_rows)
     candidate_rows = _rows(side.table, in_candidate_order)
-    attributes = base_paired if order is None else base_paired.take(pa.array(order))
+    attributes = base_paired if order is None else base_paired.take(fast.index_array(order))
     found_before = scorer.ahead_for(base, base_paired, base_paired)
     found_after = scorer.ahead_for(side, candidate_rows, attributes)
     if found_before is None and found_after is None:
@@ -1240,18 +1230,17 @@ def _scored_ahead(
 def _rows(table: Any, rows: Any) -> Any:
     """``table``'s rows at ``rows``, in that order: the table itself (every row, in order), a
     filter (increasing rows), or a take (any other order)."""
-    import pyarrow as pa
 
     increasing = len(rows) < 2 or bool(np.all(np.diff(rows) > 0))
     if not increasing:
         # A permutation of every row is not the table: it was once taken for it, and a held
         # candidate then kept its own order under the baseline's attributes.
-        return table.take(pa.array(rows))
+        return table.take(fast.index_array(rows))
     if len(rows) == table.num_rows:
         return table
     mask = np.zeros(table.num_rows, dtype=np.bool_)
     mask[rows] = True
-    return table.filter(pa.array(mask))
+    return table.filter(fast.mask_array(mask))
 
 
 def _reordered(evaluation: Evaluation, aligned_with: Evaluation) -> Evaluation:

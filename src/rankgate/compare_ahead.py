@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from rankgate import fast
 from rankgate.compare_labels import LabelBook
 from rankgate.compare_read import RELEVANT, SCORES, SideTable
 from rankgate.id_index import IdIndex
@@ -270,8 +271,8 @@ def paired_columns(
         index, attributes = lookup()
         at = index.find(piece.column("query_id").combine_chunks())
         keep = at >= 0
-        rows = piece if bool(keep.all()) else piece.filter(pa.array(keep))
-        taken = pa.array(at[keep], pa.int64())
+        rows = piece if bool(keep.all()) else piece.filter(fast.mask_array(keep))
+        taken = fast.index_array(at[keep])
         relevant, scores, _ = book.labels_for(rows.column("query_id"), rows)
         built: dict[str, Any] = {
             fields.query_id: rows.column("query_id"),

@@ -165,7 +165,7 @@ class LabelBook:
         # are (concatenating chunks copies nothing, while a filter of the whole would copy them).
         unknown = known < 0
         if unknown.any():
-            fresh = _first_per_query(self._tagged(source).filter(pa.array(unknown)))
+            fresh = _first_per_query(self._tagged(source).filter(fast.mask_array(unknown)))
             self.shared = pa.concat_tables([self.shared, fresh])
 
     def _tagged(self, source: _LabelSource) -> Any:
@@ -173,7 +173,7 @@ class LabelBook:
 
         index = len(self.sources) - 1
         return source.table.append_column(
-            "source", pa.array(np.full(source.table.num_rows, index, dtype=np.int32))
+            "source", fast.index_array(np.full(source.table.num_rows, index)).cast(pa.int32())
         )
 
     def _conflict(self, source: _LabelSource, row: int, known_row: int) -> None:
@@ -219,7 +219,7 @@ class LabelBook:
                 pa.nulls(n, pa.large_string()),
             )
         shared, at = self._shared_rows(query_ids)
-        picked = shared.take(pa.array(at, mask=at < 0))
+        picked = shared.take(fast.index_array_with_nulls(at))
         return (picked.column(RELEVANT), picked.column(SCORES), picked.column("stamp"))
 
     def _shared_rows(self, query_ids: Any) -> tuple[Any, npt.NDArray[np.int64]]:
@@ -234,11 +234,10 @@ class LabelBook:
 
 def _rows(table: Any, rows: npt.NDArray[np.int64]) -> Any:
     """``table``'s rows at ``rows``: a slice when they are consecutive, else a take."""
-    import pyarrow as pa
 
     if len(rows) and bool(np.all(np.diff(rows) == 1)):
         return table.slice(int(rows[0]), len(rows))
-    return table.take(pa.array(rows))
+    return table.take(fast.index_array(rows))
 
 
 def _first_per_query(table: Any) -> Any:
@@ -318,7 +317,6 @@ def _same_items(
     items_of: Callable[[Any], Any],
 ) -> npt.NDArray[np.bool_]:
     """Per row (among ``candidates``, whose lengths agree): the items are equal in order."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     rows = np.flatnonzero(candidates & (lengths > 0))
@@ -328,9 +326,9 @@ def _same_items(
     if len(rows) == len(lengths):  # every row (an annotated replay): no copy of either side
         values_a, values_b = items_of(a), items_of(b)
     else:
-        values_a = items_of(a.take(pa.array(rows)))
-        values_b = items_of(b.take(pa.array(rows)))
-    equal = fast.numpy_of(pc.fill_null(pc.equal(values_a, values_b), False))
+        values_a = items_of(a.take(fast.index_array(rows)))
+        values_b = items_of(b.take(fast.index_array(rows)))
+    equal = fast.numpy_filled(pc.equal(values_a, values_b), False)
     counts = lengths[rows]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     all_equal = np.logical_and.reduceat(equal, starts) if len(equal) else np.ones(0, np.bool_)

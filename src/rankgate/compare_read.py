@@ -423,7 +423,7 @@ def _normalised_piece(
 
     n = len(keep)
     names = table.schema.names
-    picked = table.take(pa.array(keep)) if n != table.num_rows else table
+    picked = table.take(fast.index_array(keep)) if n != table.num_rows else table
 
     def column(name: str, kind: Any) -> Any:
         if name not in names:
@@ -437,7 +437,7 @@ def _normalised_piece(
         column("relevant_ids", pa.large_list(pa.large_string())),
         column("relevance_scores", pa.map_(pa.large_string(), pa.float64())),
         *(column(SEGMENT_PREFIX + name, pa.large_string()) for name in attributes),
-        pa.array(keep + first, pa.int64()),
+        fast.index_array(keep + first),
     ]
     return pa.Table.from_arrays(
         [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays],
@@ -540,7 +540,7 @@ def streamed_side(side: SideTable, rows: Any, meta: Any, fields: FieldMap) -> An
                 if int(at[-1]) - int(at[0]) + 1 == len(at):  # a run of rows: no copy
                     picked = rankings.slice(int(at[0]), len(at))
                 else:
-                    picked = rankings.take(pa.array(at))
+                    picked = rankings.take(fast.index_array(at))
                 ordinals = self.ordinals[position:stop]
                 if self.held and not self.held.keys().isdisjoint(ordinals.tolist()):
                     values = picked.to_pylist()

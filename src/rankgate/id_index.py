@@ -69,7 +69,7 @@ class IdIndex:
             return found
         if self._sorted is None or self._order is None:
             at = pc.index_in(query_ids, value_set=self.ids)
-            return fast.numpy_of(pc.fill_null(at, -1)).astype(np.int64)
+            return fast.numpy_filled(at, -1).astype(np.int64)
         hashes = fast.compiled_string_hashes(query_ids)
         assert hashes is not None  # the set was hashed, so the kernels are there
         places = np.minimum(np.searchsorted(self._sorted, hashes), len(self._sorted) - 1)
@@ -78,8 +78,10 @@ class IdIndex:
             return found
         rows = self._order[places[hit]]
         # The hash only finds a candidate: the set's one ID with that hash must be this one.
-        same = pc.equal(query_ids.take(pa.array(hit)), self.ids.take(pa.array(rows)))
-        equal = fast.numpy_of(pc.fill_null(same, False)).astype(np.bool_)
+        same = pc.equal(
+            query_ids.take(fast.index_array(hit)), self.ids.take(fast.index_array(rows))
+        )
+        equal = fast.numpy_filled(same, False).astype(np.bool_)  # a null query ID: no match
         found[hit[equal]] = rows[equal]
         return found
 

@@ -15,11 +15,14 @@ The columnar read of a store has three parts, each done where it is cheapest:
   that is anything more or less is the validator's. (Spliced into the line below, the ranking
   would need SQLite's ``json_valid`` of every row to keep a damaged list from adding a key, which
   took a third of the read.)
-* **Everything else of the record** (attributes, the store's own columns over them): the database
-  writes one short JSON line per trace, in the order ``backends._record`` builds the record, and
-  the compiled JSON Lines scanner (``io/jsonl_arrow.py``) decodes the block of lines in bulk, as it
-  reads a file. The lines arrive as one Arrow string column whose data buffer, each line ending in
-  a newline, is handed to the scanner as it is.
+* **Everything else of the record** (attributes, the store's own columns over them): one short
+  JSON line per trace, in the order ``backends._record`` builds the record, which the compiled JSON
+  Lines scanner (``io/jsonl_arrow.py``) decodes in bulk, as it reads a file. PostgreSQL writes the
+  lines in SQL, as does SQLite through ADBC; through ``_sqlite_read`` SQLite hands over the raw
+  columns and ``_sqlite_read.store_lines`` writes the same lines in C (in SQL the JSON checks and
+  concatenations took two thirds of the read on the system's SQLite). The lines arrive as one
+  Arrow string column whose data buffer, each line ending in a newline, is handed to the scanner
+  as it is.
 * **The labels** (the newest judgment per query and document, which the table's key guarantees)
   are read once, grouped by query into a ``map<string, float64>`` column, and joined to each block
   of traces by query ID: a vectorised hash of the IDs, a binary search, and an exact comparison of
