@@ -753,3 +753,35 @@ def test_a_label_without_a_document_reads_as_the_record_path_reads_it(
             outcomes.append(str(problem))
     assert outcomes[0] == outcomes[1]
     assert "stored JSON is damaged" in outcomes[0]
+
+
+def test_the_window_is_counted_when_first_asked_for(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``StoreSource.total`` counts the window once, on first use, and exactly (variants
+    included): a run that sizes nothing by it never pays for the count, which reads every row
+    of a window filtered by variant."""
+    from rankgate.store.backends import SQLiteBackend
+
+    fill(sqlite_url, traces=120)
+    counted: list[Window] = []
+    count = SQLiteBackend.count
+
+    def spy(self: SQLiteBackend, window: Window) -> int:
+        counted.append(window)
+        return count(self, window)
+
+    monkeypatch.setattr(SQLiteBackend, "count", spy)
+    window = Window(START + timedelta(hours=1), START + timedelta(hours=9), ("a",))
+    source = StoreSource(sqlite_url, window)
+    assert counted == []
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
+        (expected,) = db.execute(
+            "SELECT count(*) FROM rankgate_traces WHERE recorded_at >= ? AND recorded_at < ? "
+            "AND variant = 'a'",
+            ("2026-11-30T01:00:00.000000Z", "2026-11-30T09:00:00.000000Z"),
+        ).fetchone()
+    assert 0 < expected < 120
+    assert source.total == expected
+    assert source.total == expected
+    assert counted == [window]

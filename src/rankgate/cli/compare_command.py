@@ -277,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
             variant_field=variant_field,
             input_format=args.input_format,
             pairing=args.pairing,
-            progress=bar.update,
+            # None without a bar: a store's source then never counts its window for one.
+            progress=None if args.no_progress else bar.update,
             list_unjudged=args.unjudged_pairs is not None,
         )
     finally:
