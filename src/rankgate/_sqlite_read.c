@@ -21,7 +21,7 @@
  *   from inside the statement, a row costs no sqlite3_step and no sqlite3_column_* call either.
  *
  * Connection.query(sql, params, kinds) -> Cursor;  Cursor.fetch(max_rows)
- *     -> None at the end | (rows, columns)
+ *     -> None at the end | (rows, columns), at most max_rows (and 2^24) rows
  *   `kinds` holds one letter per result column: 'i' an int64 column (a value of another type
  *   is a null), 't' a large_string column (a number as SQLite writes its text, a BLOB's bytes as
  *   they are, NULL a null). Each column comes as (validity bitmap or None, null count, data) for
@@ -32,7 +32,7 @@
  *   it, with the JSON checked here (see the function). In SQL, on the system's SQLite 3.40, the
  *   checks and concatenations took two thirds of the traces' read.
  *
- * Parameters (str or int) are bound to the `?` of `sql` in order. Every buffer is an object of
+ * `sql` holds one statement. Parameters (str or int) are bound to its `?` in order. Every buffer is an object of
  * its own holding its memory (no copy on the way to Python). The GIL is released while SQLite
  * works; a connection serves one thread at a time, and a second caller meanwhile gets a
  * RuntimeError rather than a race. SQLite's errors raise Error(extended_result_code, message). */
@@ -89,6 +89,7 @@ typedef struct {
 
 static int grow_reserve(Grow *grow, size_t more) {
     if (grow->size + more <= grow->capacity) return 0;
+    if (more > SIZE_MAX / 4 - grow->size) return -1;
     size_t capacity = grow->capacity ? grow->capacity : (size_t)1 << 16;
     while (capacity < grow->size + more) capacity *= 2;
     char *data = realloc(grow->data, capacity);
@@ -140,7 +141,13 @@ typedef struct {
  * the buffers. Called from inside the statement, the row costs no sqlite3_step and no
  * sqlite3_column_* call (each of which takes SQLite's API checks): a fifth of the read. */
 static void label_row(sqlite3_context *context, int count, sqlite3_value **values) {
-    Reading *reading = sqlite3_user_data(context);
+    /* The connection's slot for the read in progress (Connection.reading): registered once, with
+     * the connection, so no registration can outlive the buffers it points at. */
+    Reading *reading = *(Reading **)sqlite3_user_data(context);
+    if (reading == NULL) {
+        sqlite3_result_error(context, "rankgate_label is called only by a label read", -1);
+        return;
+    }
     sqlite3_result_int(context, 0);
     /* Types before values: sqlite3_value_text converts a value in place. */
     if (sqlite3_value_type(values[0]) != SQLITE_TEXT) return;
@@ -187,9 +194,30 @@ static PyObject *raise_sqlite(int code, const char *message) {
 /* The connection's own message where there is one (it names the table, the lock), and its
  * extended code. */
 static int describe(sqlite3 *db, int code, char *message, size_t size) {
-    const char *text = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+    int extended = db ? sqlite3_extended_errcode(db) : 0;
+    /* The connection's own message when it holds this error; else SQLite's words for the code. */
+    const char *text = extended != SQLITE_OK ? sqlite3_errmsg(db) : sqlite3_errstr(code);
     snprintf(message, size, "%s", text ? text : "unknown SQLite error");
-    return db ? sqlite3_extended_errcode(db) : code;
+    return extended != SQLITE_OK ? extended : code;
+}
+
+/* One statement of `sql`, prepared, or an error code (with `message`): text holding no statement,
+ * or more than one, is refused rather than read in part. */
+static int prepare_one(sqlite3 *db, const char *sql, sqlite3_stmt **statement, char *message,
+                       size_t size) {
+    const char *tail = NULL;
+    int code = sqlite3_prepare_v2(db, sql, -1, statement, &tail);
+    if (code != SQLITE_OK) return describe(db, code, message, size);
+    while (tail && (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r' || *tail == ';'))
+        tail++;
+    if (*statement == NULL || (tail && *tail)) {
+        snprintf(message, size, "%s", *statement == NULL ? "no SQL statement to run"
+                                                          : "one SQL statement at a time");
+        sqlite3_finalize(*statement);
+        *statement = NULL;
+        return SQLITE_MISUSE;
+    }
+    return SQLITE_OK;
 }
 
 /* ---- parameters, taken as C values while the GIL is held ---- */
@@ -255,7 +283,18 @@ typedef struct {
     /* Set while a call works with the GIL released: a call from another thread meanwhile is
      * refused (the connection is opened without SQLite's own mutex). */
     int busy;
+    /* The label read in progress, for rankgate_label (NULL between reads). */
+    Reading *reading;
+    /* Statements of cursors dropped while another call held the connection, finalized by the
+     * next call that holds it (finalizing meanwhile would race that call inside SQLite). */
+    sqlite3_stmt **orphans;
+    size_t orphan_count, orphan_capacity;
 } Connection;
+
+static void finalize_orphans(Connection *self) {
+    for (size_t i = 0; i < self->orphan_count; i++) sqlite3_finalize(self->orphans[i]);
+    self->orphan_count = 0;
+}
 
 static int connection_usable(Connection *self) {
     if (self->db == NULL) {
@@ -266,6 +305,7 @@ static int connection_usable(Connection *self) {
         PyErr_SetString(PyExc_RuntimeError, "the SQLite connection is in use by another thread");
         return 0;
     }
+    finalize_orphans(self);
     return 1;
 }
 
@@ -288,6 +328,14 @@ static int connection_init(Connection *self, PyObject *args, PyObject *kwds) {
         sqlite3_extended_result_codes(db, 1);
         code = sqlite3_busy_timeout(db, busy_ms);
     }
+#ifdef SQLITE_DBCONFIG_TRUSTED_SCHEMA
+    /* The store is anyone's file: its views and triggers call no function not marked innocuous. */
+    if (code == SQLITE_OK) code = sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+#endif
+    /* Direct only: a view or trigger of the store's own schema cannot call it. */
+    if (code == SQLITE_OK)
+        code = sqlite3_create_function(db, "rankgate_label", 3, SQLITE_UTF8 | DIRECT_ONLY,
+                                       &self->reading, label_row, NULL, NULL);
     if (code != SQLITE_OK) {
         code = describe(db, code, message, sizeof message);
         sqlite3_close(db);
@@ -307,6 +355,7 @@ static PyObject *connection_close(Connection *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "the SQLite connection is in use by another thread");
         return NULL;
     }
+    finalize_orphans(self);
     /* A cursor still open keeps the connection alive inside SQLite until it is finalized. */
     if (self->db != NULL) sqlite3_close_v2(self->db);
     self->db = NULL;
@@ -314,6 +363,8 @@ static PyObject *connection_close(Connection *self, PyObject *unused) {
 }
 
 static void connection_dealloc(Connection *self) {
+    finalize_orphans(self); /* no call holds it: a call holds a reference to it */
+    free(self->orphans);
     if (self->db != NULL) sqlite3_close_v2(self->db);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -335,12 +386,10 @@ static PyObject *connection_read_labels(Connection *self, PyObject *args) {
     char message[512] = "";
 
     self->busy = 1;
+    self->reading = &reading;
     Py_BEGIN_ALLOW_THREADS
     int64_t zero = 0;
-    /* Direct only: a view or trigger of the store's own schema cannot call it. */
-    code = sqlite3_create_function(db, "rankgate_label", 3, SQLITE_UTF8 | DIRECT_ONLY, &reading,
-                                   label_row, NULL, NULL);
-    if (code == SQLITE_OK) code = sqlite3_prepare_v2(db, sql, -1, &statement, NULL);
+    code = prepare_one(db, sql, &statement, message, sizeof message);
     if (code == SQLITE_OK) code = params_bind(statement, &params);
     if (code == SQLITE_OK && (grow_put(&grows[QUERY_OFFSETS], &zero, sizeof zero) < 0 ||
                               grow_put(&grows[DOCUMENT_OFFSETS], &zero, sizeof zero) < 0))
@@ -351,12 +400,10 @@ static PyObject *connection_read_labels(Connection *self, PyObject *args) {
         if (step != SQLITE_DONE) code = step;
     }
     out_of_memory |= reading.out_of_memory;
-    if (code != SQLITE_OK) code = describe(db, code, message, sizeof message);
+    if (code != SQLITE_OK && !message[0]) code = describe(db, code, message, sizeof message);
     sqlite3_finalize(statement);
-    /* The function points at this call's buffers: gone with it. */
-    sqlite3_create_function(db, "rankgate_label", 3, SQLITE_UTF8 | DIRECT_ONLY, NULL, NULL, NULL,
-                            NULL);
     Py_END_ALLOW_THREADS
+    self->reading = NULL;
     self->busy = 0;
 
     params_free(&params);
@@ -387,7 +434,7 @@ typedef struct {
     int columns;
     char *kinds;
     size_t *text_hint; /* each text column's data size in the last batch: the next one's start */
-    int done;
+    int done, failed;
     PyObject *names; /* the result columns' names, a tuple of str */
 } Cursor;
 
@@ -400,6 +447,22 @@ static void cursor_finalize(Cursor *self) {
 }
 
 static void cursor_dealloc(Cursor *self) {
+    Connection *connection = self->connection;
+    if (connection != NULL && connection->busy && self->statement != NULL) {
+        /* Another thread is inside SQLite on this connection: finalized by its next call. */
+        if (connection->orphan_count == connection->orphan_capacity) {
+            size_t capacity = connection->orphan_capacity ? 2 * connection->orphan_capacity : 8;
+            sqlite3_stmt **grown = realloc(connection->orphans, capacity * sizeof *grown);
+            if (grown != NULL) {
+                connection->orphans = grown;
+                connection->orphan_capacity = capacity;
+            }
+        }
+        if (connection->orphan_count < connection->orphan_capacity) {
+            connection->orphans[connection->orphan_count++] = self->statement;
+            self->statement = NULL;
+        }
+    }
     cursor_finalize(self);
     free(self->kinds);
     free(self->text_hint);
@@ -436,10 +499,10 @@ static PyObject *connection_query(Connection *self, PyObject *args) {
     char message[512] = "";
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS /* preparing reads the schema, which may wait for a lock */
-    code = sqlite3_prepare_v2(db, sql, -1, &statement, NULL);
+    code = prepare_one(db, sql, &statement, message, sizeof message);
     if (code == SQLITE_OK) code = params_bind(statement, &params);
     if (code != SQLITE_OK) {
-        code = describe(db, code, message, sizeof message);
+        if (!message[0]) code = describe(db, code, message, sizeof message);
         sqlite3_finalize(statement);
         statement = NULL;
     }
@@ -461,7 +524,7 @@ static PyObject *connection_query(Connection *self, PyObject *args) {
     cursor->statement = statement;
     cursor->names = NULL;
     cursor->columns = columns;
-    cursor->done = 0;
+    cursor->done = cursor->failed = 0;
     cursor->kinds = strdup(kinds);
     cursor->text_hint = calloc((size_t)columns + 1, sizeof *cursor->text_hint);
     Py_INCREF(self);
@@ -485,6 +548,9 @@ static PyObject *connection_query(Connection *self, PyObject *args) {
     return (PyObject *)cursor;
 }
 
+/* The most rows one fetch fills: its buffers are sized for them up front. */
+#define MAX_FETCH_ROWS ((Py_ssize_t)1 << 24)
+
 /* One column of a batch being filled. */
 typedef struct {
     Grow validity, offsets, data;
@@ -498,6 +564,11 @@ static PyObject *cursor_fetch(Cursor *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "fetch: max_rows must be positive");
         return NULL;
     }
+    if (wanted > MAX_FETCH_ROWS) wanted = MAX_FETCH_ROWS; /* at most max_rows: a batch's worth */
+    if (self->failed) {
+        PyErr_SetString(PyExc_RuntimeError, "fetch: the statement failed before");
+        return NULL;
+    }
     if (self->done) Py_RETURN_NONE;
     if (!connection_usable(self->connection)) return NULL;
     int columns = self->columns;
@@ -508,8 +579,11 @@ static PyObject *cursor_fetch(Cursor *self, PyObject *args) {
     for (int c = 0; c < columns && !out_of_memory; c++) {
         Column *column = &filled[c];
         int64_t zero = 0;
-        if (grow_reserve(&column->validity, rows_bytes) < 0) out_of_memory = 1;
-        else memset(column->validity.data, 0, rows_bytes);
+        if (grow_reserve(&column->validity, rows_bytes) < 0) {
+            out_of_memory = 1;
+            continue;
+        }
+        memset(column->validity.data, 0, rows_bytes);
         if (self->kinds[c] == 'i') {
             out_of_memory |= grow_reserve(&column->data, (size_t)wanted * 8) < 0;
         } else {
@@ -579,6 +653,7 @@ static PyObject *cursor_fetch(Cursor *self, PyObject *args) {
     PyObject *result = NULL;
     if (out_of_memory || code != SQLITE_OK) {
         cursor_finalize(self);
+        self->failed = 1;
         if (out_of_memory) PyErr_NoMemory();
         else raise_sqlite(code, message);
         goto cleanup;
@@ -793,10 +868,12 @@ static void text_release(TextColumn *column) {
     if (column->validity.obj) PyBuffer_Release(&column->validity);
 }
 
+/* `rows` must be at most MAX_LINE_ROWS (checked by the caller), so no size here overflows. */
 static int text_take(PyObject *triple, TextColumn *column, Py_ssize_t rows) {
     memset(column, 0, sizeof *column);
     PyObject *offsets, *data, *validity;
-    if (!PyArg_ParseTuple(triple, "OOO", &offsets, &data, &validity)) return -1;
+    if (!PyTuple_Check(triple) || !PyArg_ParseTuple(triple, "OOO", &offsets, &data, &validity))
+        return -1;
     if (PyObject_GetBuffer(offsets, &column->offsets, PyBUF_SIMPLE) < 0 ||
         PyObject_GetBuffer(data, &column->data, PyBUF_SIMPLE) < 0 ||
         (validity != Py_None && PyObject_GetBuffer(validity, &column->validity, PyBUF_SIMPLE) < 0)) {
@@ -804,12 +881,8 @@ static int text_take(PyObject *triple, TextColumn *column, Py_ssize_t rows) {
         return -1;
     }
     column->has_validity = validity != Py_None;
-    const int64_t *at = column->offsets.buf;
-    int bad = column->offsets.len < (Py_ssize_t)((rows + 1) * 8) ||
-              (column->has_validity && column->validity.len < (rows + 7) / 8);
-    for (Py_ssize_t i = 0; !bad && i < rows; i++)
-        bad = at[i] < 0 || at[i + 1] < at[i] || at[i + 1] > column->data.len;
-    if (bad) {
+    if (column->offsets.len / 8 < rows + 1 ||
+        (column->has_validity && column->validity.len < (rows + 7) / 8)) {
         text_release(column);
         PyErr_SetString(PyExc_ValueError, "store_lines: a column's buffers do not fit its rows");
         return -1;
@@ -822,13 +895,25 @@ static inline int text_present(const TextColumn *column, Py_ssize_t row) {
            (((const unsigned char *)column->validity.buf)[row >> 3] >> (row & 7)) & 1;
 }
 
+static inline int64_t offset_at(const TextColumn *column, Py_ssize_t row) {
+    int64_t value; /* read byte-wise: a caller's buffer need not be aligned */
+    memcpy(&value, (const char *)column->offsets.buf + row * 8, sizeof value);
+    return value;
+}
+
+/* Row `row`'s text, or NULL when its offsets do not lie inside the data. Checked as each row is
+ * read, not once before: the buffers are the caller's, and another thread may write them while
+ * the lines are built without the GIL. */
 static inline const unsigned char *text_at(const TextColumn *column, Py_ssize_t row, size_t *n) {
-    const int64_t *at = column->offsets.buf;
-    *n = (size_t)(at[row + 1] - at[row]);
-    return (const unsigned char *)column->data.buf + at[row];
+    int64_t start = offset_at(column, row), end = offset_at(column, row + 1);
+    if (start < 0 || end < start || end > column->data.len) return NULL;
+    *n = (size_t)(end - start);
+    return (const unsigned char *)column->data.buf + start;
 }
 
 enum { MAX_MEMBERS = 8 };
+/* The most rows of one call: sizes of their buffers stay far from overflowing. */
+#define MAX_LINE_ROWS ((Py_ssize_t)1 << 40)
 
 /* store_lines(rows, plain, attributes, members, suffix) -> (offsets, data)
  *
@@ -836,8 +921,9 @@ enum { MAX_MEMBERS = 8 };
  * '{', the attributes' members and a comma (none when they are NULL, empty, not an object, or an
  * empty object), each member's prefix and value, `suffix`, '}' and a line feed. `plain` (int64
  * per row) says the row's columns hold the types the record path expects; `attributes` and each
- * member's column are (offsets, data, validity or None) of a large_string column; a member is
- * (prefix, column, raw): its value JSON-quoted, or as it is when raw (a ranking's JSON, which must
+ * member's column are (offsets, data, validity or None) of a large_string column (the caller
+ * does not write them during the call); a member is (prefix, column, raw), raw a bool: its value
+ * JSON-quoted, or as it is when raw (a ranking's JSON, which must
  * be valid JSON then); a null value is JSON's null, as json_quote writes it. A row that is not plain, whose
  * attributes are not valid JSON, or whose text holds a line feed or a NUL, is the line "!", which
  * the scanner leaves to the validator. The lines come as large_string offsets and data. */
@@ -849,15 +935,27 @@ static PyObject *store_lines(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nOOO!s#", &rows, &plain_object, &attributes_object,
                           &PyList_Type, &members_object, &suffix, &suffix_length))
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(members_object);
-    if (rows < 0 || count > MAX_MEMBERS) {
+    if (rows < 0 || rows > MAX_LINE_ROWS) {
+        PyErr_SetString(PyExc_ValueError, "store_lines: rows out of range");
+        return NULL;
+    }
+    /* A snapshot of the members, each held: nothing the caller does meanwhile frees them. */
+    PyObject *held = PySequence_Tuple(members_object);
+    if (held == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(held);
+    if (count > MAX_MEMBERS) {
+        Py_DECREF(held);
         PyErr_SetString(PyExc_ValueError, "store_lines: too many members");
         return NULL;
     }
     Py_buffer plain;
-    if (PyObject_GetBuffer(plain_object, &plain, PyBUF_SIMPLE) < 0) return NULL;
-    if (plain.len < rows * 8) {
+    if (PyObject_GetBuffer(plain_object, &plain, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(held);
+        return NULL;
+    }
+    if (plain.len / 8 < rows) {
         PyBuffer_Release(&plain);
+        Py_DECREF(held);
         PyErr_SetString(PyExc_ValueError, "store_lines: plain is shorter than the rows");
         return NULL;
     }
@@ -867,32 +965,42 @@ static PyObject *store_lines(PyObject *self, PyObject *args) {
     int raw[MAX_MEMBERS];
     int taken = 0, failed = text_take(attributes_object, &attributes, rows) < 0;
     for (Py_ssize_t i = 0; !failed && i < count; i++) {
-        PyObject *column;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(members_object, i), "s#Op", &prefixes[i],
-                              &prefix_lengths[i], &column, &raw[i]) ||
+        PyObject *member = PyTuple_GET_ITEM(held, i), *column, *flag;
+        /* The flag an exact bool: no Python code runs while the members are taken. */
+        if (!PyTuple_Check(member) ||
+            !PyArg_ParseTuple(member, "s#OO!", &prefixes[i], &prefix_lengths[i], &column,
+                              &PyBool_Type, &flag) ||
             text_take(column, &columns[i], rows) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "store_lines: bad member");
             failed = 1;
             break;
         }
+        raw[i] = flag == Py_True;
         taken++;
     }
     Grow offsets = {0}, data = {0};
-    int out_of_memory = 0;
+    int out_of_memory = 0, bad_offsets = 0;
     if (!failed) {
         Py_BEGIN_ALLOW_THREADS
-        const int64_t *plains = plain.buf;
+        const char *plains = plain.buf;
         int64_t zero = 0;
         out_of_memory = grow_reserve(&offsets, ((size_t)rows + 1) * 8) < 0 ||
                         grow_put(&offsets, &zero, sizeof zero) < 0;
         for (Py_ssize_t row = 0; row < rows && !out_of_memory; row++) {
             size_t start = data.size, n = 0;
-            int ok = plains[row] != 0;
+            int64_t plain_value;
+            memcpy(&plain_value, plains + row * 8, sizeof plain_value);
+            int ok = plain_value != 0;
             const unsigned char *text = NULL;
             /* The attributes' members: the object's text between its braces, trimmed. */
             const unsigned char *inner = NULL;
             size_t inner_length = 0;
             if (ok && text_present(&attributes, row)) {
                 text = text_at(&attributes, row, &n);
+                if (text == NULL) {
+                    bad_offsets = 1;
+                    break;
+                }
                 if (n > 0) {
                     ok = memchr(text, 0, n) == NULL && memchr(text, '\n', n) == NULL &&
                          json_valid_text(text, n);
@@ -919,6 +1027,11 @@ static PyObject *store_lines(PyObject *self, PyObject *args) {
                     continue;
                 }
                 text = text_at(&columns[i], row, &n);
+                if (text == NULL) {
+                    bad_offsets = 1;
+                    ok = 0;
+                    break;
+                }
                 if (memchr(text, 0, n) != NULL || (raw[i] && (memchr(text, '\n', n) != NULL ||
                                                                !json_valid_text(text, n)))) {
                     ok = 0;
@@ -927,6 +1040,7 @@ static PyObject *store_lines(PyObject *self, PyObject *args) {
                 ok = grow_put(&data, prefixes[i], (size_t)prefix_lengths[i]) == 0 &&
                      (raw[i] ? grow_put(&data, text, n) : put_quoted(&data, text, n)) == 0;
             }
+            if (bad_offsets) break;
             ok = ok && grow_put(&data, suffix, (size_t)suffix_length) == 0 &&
                  grow_put(&data, "}\n", 2) == 0;
             if (!ok) {
@@ -941,9 +1055,14 @@ static PyObject *store_lines(PyObject *self, PyObject *args) {
     PyBuffer_Release(&plain);
     text_release(&attributes);
     for (int i = 0; i < taken; i++) text_release(&columns[i]);
-    if (failed || out_of_memory) {
+    Py_DECREF(held);
+    if (failed || out_of_memory || bad_offsets) {
         free(offsets.data);
         free(data.data);
+        if (bad_offsets) {
+            PyErr_SetString(PyExc_ValueError, "store_lines: a column's offsets leave its data");
+            return NULL;
+        }
         return failed ? NULL : PyErr_NoMemory();
     }
     return Py_BuildValue("(NN)", grow_release(&offsets), grow_release(&data));

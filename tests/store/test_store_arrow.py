@@ -286,6 +286,8 @@ HOSTILE_ATTRIBUTES = [
     '{"segment": "web"',
     ' \r{"segment": "web"}\r ',
     "\x7f",
+    '{"segment": "web", "n": ' + "1" * 5000 + "}",  # past Python's 4300-digit limit
+    '{"segment": ' + "[" * 100_000 + "]" * 100_000 + "}",  # past any decoder's recursion
 ]
 
 

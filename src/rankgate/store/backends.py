@@ -563,8 +563,15 @@ class SQLiteBackend(Backend):
             attributes = json.loads(row["attributes"]) if row["attributes"] else {}
             grades = None if row["grades"] is None else json.loads(row["grades"])
             stamps = None if row["stamps"] is None else json.loads(row["stamps"])
-        except (TypeError, json.JSONDecodeError) as problem:
-            raise InputError(where, None, f"stored JSON is damaged ({problem})") from None
+        except (TypeError, ValueError, RecursionError) as problem:
+            # ValueError: malformed JSON, or an integer past Python's digit limit; RecursionError:
+            # nesting deeper than the decoder's recursion allows. A hand-edited store may hold any.
+            reason = str(problem)
+            if isinstance(problem, RecursionError):
+                reason = "nested too deeply"
+            elif "digits" in reason and not isinstance(problem, json.JSONDecodeError):
+                reason = "a number with too many digits"
+            raise InputError(where, None, f"stored JSON is damaged ({reason})") from None
         return _record(row, attributes, ids, grades, stamps)
 
 
