@@ -169,17 +169,24 @@ class Reader:
     def split(self, data: Any, variant_field: str, wanted: list[str]) -> list[SideTable]:
         """Sides from one source, by the value of ``variant_field``: the first wanted value is the
         baseline, the others the candidates (all other values, in order of appearance, if none)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
 
         name = source_name(data)
         whole = self._read_all(data, name, [*self.attributes, variant_field])
-        variants = whole.attribute(variant_field)
-        missing = pc.fill_null(pc.equal(variants, MISSING_VALUE), True)
-        missing = pc.or_(missing, pc.is_null(variants))
+        # The variants as codes into the distinct values (a null: -1): no per-row comparison
+        # with a text, which would make pyarrow import pandas for its scalar.
+        variants = whole.attribute(variant_field).combine_chunks()
+        encoded = variants.dictionary_encode()
+        codes = fast.numpy_filled(encoded.indices, -1).astype(np.int64, copy=False)
+        names = [str(text) for text in encoded.dictionary.to_pylist()]
+        code_of = {text: code for code, text in enumerate(names)}
+        missing_rows = codes < 0
+        if MISSING_VALUE in code_of:
+            missing_rows |= codes == code_of[MISSING_VALUE]
         unassigned_read = whole.read - whole.table.num_rows
         unassigned_invalid = whole.invalid
-        if pc.any(missing).as_py():
+        table = whole.table
+        if missing_rows.any():
+            missing = fast.mask_array(missing_rows)
             ordinals = whole.table.column(ORDINAL).filter(missing).to_pylist()
             for ordinal in ordinals:
                 unassigned_read += 1
@@ -189,15 +196,12 @@ class Reader:
                         whole.locate(ordinal), variant_field, "missing (it names the variant)"
                     )
                 )
-        table = whole.table.filter(pc.invert(missing))
-        values = table.column(SEGMENT_PREFIX + variant_field)
-        encoded = values.combine_chunks().dictionary_encode() if len(values) else None
-        order: list[str] = []
-        if encoded is not None:
-            codes = fast.numpy_of(encoded.indices)
-            firsts = np.unique(codes, return_index=True)[1]
-            names = encoded.dictionary.to_pylist()
-            order = [str(names[codes[i]]) for i in np.sort(firsts)]
+            # Filtered only when rows lack the field: a filter that keeps every row still copies
+            # the whole table (0.9 s at 1M traces with their labels).
+            table = table.filter(fast.mask_array(~missing_rows))
+            codes = codes[~missing_rows]
+        firsts = np.unique(codes, return_index=True)[1]
+        order = [names[codes[i]] for i in np.sort(firsts)]
         found = ", ".join(order) or "none"
         if not wanted:
             raise UsageError(
@@ -217,7 +221,7 @@ class Reader:
             )
         sides = {}
         for value in order:
-            rows = table.filter(pc.equal(values, pa.scalar(value, pa.large_string())))
+            rows = table.filter(fast.mask_array(codes == code_of[value]))
             side = SideTable(
                 value,
                 rows,

@@ -1171,10 +1171,9 @@ class _Accumulator:
             scores_column = _array(table.column("relevance_scores"))
             scores = fast.IdColumns.from_arrow(scores_column)
             # A null grade marks its row slow; here it only has to be a number.
-            items = scores_column.items
-            if items.null_count:
-                items = items.fill_null(math.nan)
-            score_values = fast.numpy_of(items).astype(np.float64, copy=False)
+            score_values = fast.numpy_filled(scores_column.items, math.nan).astype(
+                np.float64, copy=False
+            )
         while True:
             rows = np.flatnonzero(~slow).astype(np.int64)
             scored = fast.join_and_score(
@@ -1488,13 +1487,16 @@ class _Accumulator:
         self._flush_seen()
         positions = np.flatnonzero(~self.seen)
         examples = [
-            str(v) for v in self.expected.take(positions[:MISSING_EXAMPLES_KEPT]).to_pylist()
+            str(v)
+            for v in self.expected.take(
+                fast.index_array(positions[:MISSING_EXAMPLES_KEPT])
+            ).to_pylist()
         ]
         if self.settings.missing_trace != "zero" or not len(positions):
             return len(positions), examples, 0
         if self.expected_relevant is not None and self.settings.empty_relevant == "skip":
             positions = positions[self.expected_relevant[positions]]
-        self._append_missing(self.expected.take(positions))
+        self._append_missing(self.expected.take(fast.index_array(positions)))
         return len(np.flatnonzero(~self.seen)), examples, len(positions)
 
     def _append_missing(self, query_ids: Any) -> None:

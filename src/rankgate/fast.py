@@ -95,8 +95,8 @@ def cut_rankings(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]] 
     data = buffers[2] if buffers[2] is not None else b""
     valid = np.ones(count, dtype=np.uint8)
     if texts.null_count:
-        valid = np.asarray(texts.is_valid(), dtype=np.uint8)
-    wanted = np.ascontiguousarray(np.asarray(lengths.fill_null(-1)), dtype=np.int64)
+        valid = numpy_of(texts.is_valid()).astype(np.uint8)
+    wanted = np.ascontiguousarray(numpy_filled(lengths, -1), dtype=np.int64)
     list_offsets, value_offsets, values, unread = _join.cut_rankings(
         offsets, data, count, wide, valid, wanted
     )
@@ -208,6 +208,8 @@ def numpy_filled(array: Any, fill: Any) -> npt.NDArray[Any]:
     values = _buffer_values(array)
     if not array.null_count:
         return values
+    if isinstance(fill, float) and values.dtype.kind in "iu":
+        values = values.astype(np.float64)  # NaN (say) is no integer: as pyarrow's fill casts
     bits = np.unpackbits(np.frombuffer(array.buffers()[0], dtype=np.uint8), bitorder="little")
     valid = bits[array.offset : array.offset + len(array)].view(np.bool_)
     return np.where(valid, values, np.asarray(fill, dtype=values.dtype))
@@ -238,6 +240,15 @@ def index_array(indices: Any) -> Any:
 
     held = np.ascontiguousarray(indices, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(held), [None, pa.py_buffer(held)])
+
+
+def int32_array(values: Any) -> Any:
+    """An int32 Arrow array over a numpy array (a list's or a map's offsets), without
+    ``pa.array`` (see ``index_array``)."""
+    import pyarrow as pa
+
+    held = np.ascontiguousarray(values, dtype=np.int32)
+    return pa.Array.from_buffers(pa.int32(), len(held), [None, pa.py_buffer(held)])
 
 
 def mask_array(mask: Any) -> Any:

@@ -856,7 +856,6 @@ def queries_with_relevant(scores: Any, threshold: float) -> Any:
     query). A null or non-numeric grade reaches nothing; the join reports it where it is used."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if isinstance(scores, pa.ChunkedArray):
         scores = scores.combine_chunks()
@@ -871,7 +870,7 @@ def queries_with_relevant(scores: Any, threshold: float) -> Any:
         items = items.cast(pa.float64())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return relevant
-    grades = fast.numpy_of(pc.fill_null(items, math.nan)).astype(np.float64, copy=False)
+    grades = fast.numpy_filled(items, math.nan).astype(np.float64, copy=False)
     owner = np.repeat(np.arange(count, dtype=np.int64), np.diff(offsets))
     relevant[owner[grades >= threshold]] = True
     return relevant

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +52,19 @@ def test_numpy_filled_equals_fill_null(values: list[int | None], start: int, chu
     assert fast.numpy_filled(chunked, -1).tolist() == expected
     flags = pc.greater(array, 0)
     assert fast.numpy_filled(flags, False).tolist() == pc.fill_null(flags, False).to_pylist()
+    # NaN is no integer: with nulls to fill the values become floats (no cast of NaN to int).
+    as_floats = pc.fill_null(array.cast(pa.float64()), math.nan).to_numpy(zero_copy_only=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        filled = fast.numpy_filled(array, math.nan)
+    assert filled.dtype == (np.float64 if array.null_count else np.int64)
+    np.testing.assert_array_equal(filled.astype(np.float64), as_floats)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=70))
+def test_int32_array_is_pyarrows_int32_array(values: list[int]) -> None:
+    assert fast.int32_array(np.array(values, dtype=np.int64)).equals(pa.array(values, pa.int32()))
 
 
 def test_the_helpers_do_not_import_pandas() -> None:
@@ -58,6 +73,7 @@ def test_the_helpers_do_not_import_pandas() -> None:
         "import sys, numpy as np, pyarrow as pa, pyarrow.compute as pc\n"
         "from rankgate import fast\n"
         "fast.mask_array(np.array([True, False]))\n"
+        "fast.int32_array(np.array([0, 2, 5]))\n"
         "fast.index_array_with_nulls(np.array([1, -1]))\n"
         "with_null = fast.index_array_with_nulls(np.array([1, -1]))\n"
         "same = pc.equal(with_null, fast.index_array(np.array([1, 2])))\n"

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rankgate.errors import InputError, Location
-from rankgate.fast import numpy_of
+from rankgate.fast import numpy_filled, numpy_of
 from rankgate.io import limits
 from rankgate.io.bounded import too_long_problem
 from rankgate.io.grades import (
@@ -388,7 +388,7 @@ def _normalised(
         query_id = query_id.cast(pa.large_string())
     else:
         # An empty ID is an error the validator words.
-        slow |= numpy_of(pc.fill_null(pc.equal(query_id, ""), False))
+        slow |= numpy_filled(pc.binary_length(query_id), -1) == 0
     if fields.query_id not in verified:
         slow |= _longer_than(query_id, limits.MAX_ID_BYTES) | not_utf8(query_id)
     # An absent label column stays absent (the join takes None for it).
@@ -469,7 +469,7 @@ def _longer_than(texts: Any, limit: int) -> npt.NDArray[np.bool_]:
         # A null's span is usually empty; when it is not, the exact test below decides.
         if int(spans.max()) <= limit:
             return np.zeros(count, dtype=np.bool_)
-    return numpy_of(pc.fill_null(pc.greater(pc.binary_length(texts), limit), False))
+    return numpy_filled(pc.binary_length(texts), 0) > limit
 
 
 # --------------------------------------------------------------------------------------------

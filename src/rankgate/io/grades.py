@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rankgate.fast import numpy_of
+from rankgate.fast import numpy_filled, numpy_of
 from rankgate.io import limits
 from rankgate.io.validate import MAX_GRADE
 
@@ -314,7 +314,7 @@ def mark_bad_grades(scores: Any, slow: npt.NDArray[np.bool_]) -> None:
     items, base = covered_items(scores, scores.items)
     if not len(items):
         return
-    values = numpy_of(items.fill_null(np.nan)).astype(np.float64, copy=False)
+    values = numpy_filled(items, np.nan).astype(np.float64, copy=False)
     with np.errstate(invalid="ignore"):
         mark_rows_holding(scores, ~((values >= 0) & (values <= MAX_GRADE)), slow, base)
 

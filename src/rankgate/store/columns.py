@@ -266,7 +266,6 @@ class LabelGroups:
     def lookup(self, query_ids: Any) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """For each query ID, its group (-1 without labels), and which IDs could not be told
         apart from another by their hash (the caller leaves those rows to the validator)."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         count = len(query_ids)
@@ -279,14 +278,17 @@ class LabelGroups:
         at[at == len(self.hashes)] = 0
         hit = self.hashes[at] == wanted
         if query_ids.null_count:
-            hit &= np.asarray(query_ids.is_valid())
+            hit &= fast.numpy_of(query_ids.is_valid())
         candidates = np.flatnonzero(hit)
         if not len(candidates):
             return groups, unsure
         group = self.order[at[candidates]]
         # The hash only finds a candidate; the IDs themselves must be equal.
-        same = pc.equal(query_ids.take(pa.array(candidates)), self.query_ids.take(pa.array(group)))
-        same_rows = np.asarray(same.fill_null(False))
+        same = pc.equal(
+            query_ids.take(fast.index_array(candidates)),
+            self.query_ids.take(fast.index_array(group)),
+        )
+        same_rows = fast.numpy_filled(same, False)
         groups[candidates[same_rows]] = group[same_rows]
         # Another group may share the hash (a collision): such rows are not trusted either way.
         unsure[candidates[~same_rows]] = True
@@ -850,7 +852,7 @@ def group_labels(query_ids: Any, documents: Any, grades: Any, *, ordered: bool) 
         # written): the groups are the runs, and no ID is hashed but the first of each.
         starts, heads, hashes = runs
         offsets = np.append(starts, count).astype(np.int32)
-        maps = pa.MapArray.from_arrays(pa.array(offsets), documents, grades)
+        maps = pa.MapArray.from_arrays(fast.int32_array(offsets), documents, grades)
         by_hash = np.argsort(hashes, kind="stable").astype(np.int64)
         return LabelGroups(heads, maps, hashes[by_hash], by_hash, ordered)
     unique = pa.array([], pa.large_string())
@@ -866,12 +868,12 @@ def group_labels(query_ids: Any, documents: Any, grades: Any, *, ordered: bool) 
         codes = np.concatenate([np.asarray(piece.indices) for piece in pieces]).astype(np.int64)
         unique = unique.cast(pa.large_string())
     if count > 1 and not bool(np.all(codes[1:] >= codes[:-1])):
-        order = pa.array(np.argsort(codes, kind="stable"))
+        order = fast.index_array(np.argsort(codes, kind="stable"))
         documents, grades = documents.take(order), grades.take(order)
     sizes = np.bincount(codes, minlength=len(unique))
     offsets = np.zeros(len(unique) + 1, dtype=np.int32)
     np.cumsum(sizes, out=offsets[1:])
-    maps = pa.MapArray.from_arrays(pa.array(offsets), documents, grades)
+    maps = pa.MapArray.from_arrays(fast.int32_array(offsets), documents, grades)
     hashes = string_hashes(unique)
     by_hash = np.argsort(hashes, kind="stable").astype(np.int64)
     return LabelGroups(unique, maps, hashes[by_hash], by_hash, ordered)
@@ -895,11 +897,11 @@ def _grouped_runs(
     first = 0
     last: Any = None
     for piece in pieces:
-        changed = np.flatnonzero(np.asarray(pc.not_equal(piece[1:], piece[:-1]))) + 1
+        changed = np.flatnonzero(fast.numpy_of(pc.not_equal(piece[1:], piece[:-1]))) + 1
         if last is None or piece[0].as_py() != last:
             changed = np.concatenate([[0], changed])
         # Each piece's own (a take of the chunked column would first join every chunk's IDs).
-        firsts.append(piece.take(pa.array(changed)).cast(pa.large_string()))
+        firsts.append(piece.take(fast.index_array(changed)).cast(pa.large_string()))
         starts.append(changed.astype(np.int64) + first)
         first += len(piece)
         last = piece[-1].as_py()

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rankgate import fast
 from rankgate.errors import InputError, Location, UsageError
 from rankgate.io.columnar import prefetched
 from rankgate.io.tables import BATCH_ROWS, ArrowSource
@@ -254,7 +255,6 @@ class StoreSource(ArrowSource):
         """The window as record batches of ``columns`` (trace fields with the scanner's types,
         anything else as text, as ``segment_value`` gives it); a row the scanner is unsure of has
         a null ranking, which sends it to the validator through ``reread``."""
-        import pyarrow as pa
 
         rows = max(rows, STORE_ROWS)
         fields = self.fields
@@ -321,7 +321,7 @@ class StoreSource(ArrowSource):
                     )
                     self.stats.sampled_out += count - int(np.count_nonzero(keep))
                     numbers = first_number + np.flatnonzero(keep).astype(np.int64)
-                    batch = batch.filter(pa.array(keep))
+                    batch = batch.filter(fast.mask_array(keep))
                 # A batch larger than ``rows`` (PostgreSQL's driver sizes them in bytes) is cut
                 # into equal pieces, not into full ones and a small remainder.
                 if not batch.num_rows:
@@ -371,7 +371,8 @@ class StoreSource(ArrowSource):
         if unsure:
             slow[:] = True
         # A copy: a view would keep the driver's whole batch (every line) alive to the end.
-        self._block_keys.append(np.array(piece.column("key"), dtype=np.int64, copy=True))
+        keys = fast.numpy_of(piece.column("key"))
+        self._block_keys.append(np.array(keys, dtype=np.int64, copy=True))
         self._block_rows.append(numbers)
         self._block_starts.append(first)
         by_name = dict(zip(scanned, table.columns, strict=True))
@@ -392,19 +393,19 @@ class StoreSource(ArrowSource):
             slow |= collided
             found = groups >= 0
             if found.any():
-                joined = labels.grades.take(pa.array(np.where(found, groups, 0)))
+                joined = labels.grades.take(fast.index_array(np.where(found, groups, 0)))
                 if not found.all():
                     # Rows without labels in the table keep the grades of their attributes.
                     own = by_name[fields.relevance_scores]
                     choice = np.arange(count, dtype=np.int64)
                     choice[~found] += count
-                    joined = pa.concat_arrays([joined, own]).take(pa.array(choice))
+                    joined = pa.concat_arrays([joined, own]).take(fast.index_array(choice))
                 by_name[fields.relevance_scores] = joined
         retrieved = by_name[fields.retrieved_ids]
         if slow.any():
             # A null ranking is what the columnar path sends to the validator.
             by_name[fields.retrieved_ids] = type(retrieved).from_arrays(
-                retrieved.offsets, retrieved.values, mask=pa.array(slow)
+                retrieved.offsets, retrieved.values, mask=fast.mask_array(slow)
             )
         self._rows_done = first + count
         return pa.record_batch([by_name[name] for name in wanted], names=wanted)
