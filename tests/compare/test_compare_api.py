@@ -281,6 +281,35 @@ def test_variant_field_splits_one_source() -> None:
         compare(rows, "nope", variant_field="config")
 
 
+def test_records_without_the_variant_field_are_counted_apart() -> None:
+    """A record that names no variant (the field absent or null) is in neither side: it is
+    invalid, counted under the source, and the sides are those of the other records."""
+    baseline, regressed, _ = ab_traces(queries=120)
+    rows: list[dict[str, Any]] = [{**b, "config": "old"} for b in baseline]
+    rows += [
+        {**r, "query_type": b["query_type"], "config": "new"}
+        for b, r in zip(baseline, regressed, strict=True)
+    ]
+    unnamed = [dict(rows[3]), {**rows[130], "config": None}, dict(rows[200])]
+    del unnamed[0]["config"], unnamed[2]["config"]
+    mixed = rows[:50] + unnamed[:1] + rows[50:150] + unnamed[1:] + rows[150:]
+    with pytest.raises(InputError, match=r"config.*missing \(it names the variant\)"):
+        compare(mixed, "old", "new", variant_field="config", metrics=AB_METRICS)
+    skipped = compare(
+        mixed,
+        "old",
+        "new",
+        variant_field="config",
+        metrics=AB_METRICS,
+        settings=Settings(on_invalid="skip"),
+    )
+    (apart,) = [name for name in skipped.read if name.endswith("(no config)")]
+    assert skipped.read[apart] == 3 and skipped.invalid[apart] == 3
+    assert skipped.read["old"] == 120 and skipped.read["new"] == 120
+    plain = compare(rows, "old", "new", variant_field="config", metrics=AB_METRICS)
+    assert skipped.results[0].per_query() == plain.results[0].per_query()
+
+
 def test_candidate_gates_are_checked_per_segment() -> None:
     baseline, regressed, _ = ab_traces(queries=300)
     policy = GatePolicy(
