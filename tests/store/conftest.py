@@ -67,14 +67,18 @@ def fresh_postgres(postgres_url: str) -> str:
     return postgres_url
 
 
-@pytest.fixture(params=["sqlite", "sqlite-through-adbc", "postgresql"])
+@pytest.fixture(params=["sqlite", "sqlite-through-adbc", "postgresql", "postgresql-through-adbc"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty store of each kind; a SQLite store read as built (SQLite's C API, through
-    ``rankgate._sqlite_read``) and through ADBC, which reads it where that module is not built."""
-    if request.param == "sqlite-through-adbc":
+    """An empty store of each kind, read as built (SQLite's C API through
+    ``rankgate._sqlite_read``; PostgreSQL's labels through ``rankgate._pg_read``, its lines
+    written by ``_sqlite_read.store_lines``) and through ADBC alone, which reads it where those
+    modules are not built."""
+    if request.param.endswith("-through-adbc"):
         from rankgate.store import columns
 
-        request.getfixturevalue("monkeypatch").setattr(columns, "SQLITE_C_API", False)
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.setattr(columns, "SQLITE_C_API", False)
+        monkeypatch.setattr(columns, "POSTGRES_C_API", False)
     if request.param.startswith("sqlite"):
         return f"sqlite:///{tmp_path / 'traces.db'}"
     return str(request.getfixturevalue("fresh_postgres"))

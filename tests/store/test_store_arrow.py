@@ -42,6 +42,17 @@ class RecordPath(StoreSource):
         return None
 
 
+def outcomes(url: str, **options: Any) -> list[str]:
+    """The report (or the one-line error) of the columnar read and of the record path."""
+    found = []
+    for source_type in (StoreSource, RecordPath):
+        try:
+            found.append(scored(source_type, url, **dict(options))[0])
+        except InputError as problem:
+            found.append(str(problem))
+    return found
+
+
 def fill(url: str, seed: int = 5, traces: int = 420) -> None:
     """A store holding every shape the readers must agree on."""
     rng = random.Random(seed)
@@ -307,13 +318,8 @@ def test_hostile_attributes_read_as_the_record_path_reads_them(
     stamp = "2026-11-30T23:00:00.000000Z"
     _raw_insert(sqlite_url, ("h1", "q1", stamp, None, '["d1", "d2"]', attributes))
     for options in ({"on_invalid": "skip"}, {"on_invalid": "skip", "segment_by": ("segment",)}):
-        outcomes = []
-        for source_type in (StoreSource, RecordPath):
-            try:
-                outcomes.append(scored(source_type, sqlite_url, **dict(options))[0])
-            except InputError as problem:
-                outcomes.append(str(problem))
-        assert outcomes[0] == outcomes[1]
+        columnar, record_path = outcomes(sqlite_url, **options)
+        assert columnar == record_path
 
 
 def test_compiled_lines_equal_the_sql_lines(
@@ -747,14 +753,9 @@ def test_a_label_without_a_document_reads_as_the_record_path_reads_it(
         db.execute("INSERT INTO rankgate_labels SELECT * FROM kept")
         db.execute("INSERT INTO rankgate_labels VALUES ('q1', NULL, 2.0, NULL, NULL)")
         db.execute("DROP TABLE kept")
-    outcomes = []
-    for source_type in (StoreSource, RecordPath):
-        try:
-            outcomes.append(scored(source_type, sqlite_url, on_invalid="skip")[0])
-        except InputError as problem:
-            outcomes.append(str(problem))
-    assert outcomes[0] == outcomes[1]
-    assert "stored JSON is damaged" in outcomes[0]
+    columnar, record_path = outcomes(sqlite_url, on_invalid="skip")
+    assert columnar == record_path
+    assert "stored JSON is damaged" in columnar
 
 
 def test_the_window_is_counted_when_first_asked_for(

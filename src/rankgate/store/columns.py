@@ -167,6 +167,27 @@ THEN concat(
  '"query_id":', to_json(t.query_id)::text, {trace_id}, {timestamp}, {variant},
  ',"retrieved_ids":', {ranking}, '}}', chr(10))
 ELSE '!' || chr(10) END"""
+# PostgreSQL with ``_sqlite_read.store_lines``: the raw columns, and whether the row is one the
+# line above would write (``plain``). The server's concatenations and JSON renderings were 1.5 of
+# its 5.5 CPU-s for the 1M-trace bench window, against 0.3 s for the raw columns (2026-12-08).
+# A time in years 1000-9999 of UTC is one between these two instants.
+_POSTGRES_PLAIN = (
+    "CASE WHEN t.recorded_at >= '1000-01-01 00:00:00+00'::timestamptz "
+    "AND t.recorded_at < '10000-01-01 00:00:00+00'::timestamptz "
+    "AND coalesce(array_ndims(t.retrieved_ids), 1) = 1 THEN 1::int8 ELSE 0::int8 END"
+)
+_POSTGRES_MEMBERS = {
+    "trace_id": ("t.trace_id", ',"trace_id":'),
+    "timestamp": (
+        "to_char(t.recorded_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+        ',"timestamp":',
+    ),
+    "variant": ("t.variant", ',"variant":'),
+}
+_POSTGRES_RANKING_COLUMNS = (
+    "cardinality(t.retrieved_ids) AS ranking_length, "
+    f"array_to_string(t.retrieved_ids, chr({ord(RANKING_SEPARATOR)})) AS ranking"
+)
 _POSTGRES_CARRIED = {
     "trace_id": "',\"trace_id\":' || to_json(t.trace_id)::text",
     "timestamp": '\',"timestamp":"\' || '
@@ -214,6 +235,17 @@ except ImportError:  # pragma: no cover - the build without SQLite's headers
 #: the one Python's ``sqlite3`` (the record path's ``StoreSource.reread``, the recorder) links.
 #: The tests turn it off to hold the ADBC read equal to the record path as well.
 SQLITE_C_API = True
+
+try:  # built where libpq's headers were found (setup.py); else the labels are read through ADBC
+    import rankgate._pg_read as _pg_read
+except ImportError:  # pragma: no cover - the build without libpq's headers
+    _pg_read = None  # type: ignore[assignment]
+#: Whether a PostgreSQL store is read with rankgate's compiled helpers where they are built: its
+#: labels by ``_pg_read`` (libpq's COPY, parsed in C: 0.9 CPU-s against ADBC's 1.9 for 10M label
+#: rows, and no copies of the rows after), its trace lines written by ``_sqlite_read.store_lines``
+#: from the raw columns (``_POSTGRES_PLAIN``). The tests turn it off to hold the SQL of the
+#: ADBC-only read equal to the record path as well.
+POSTGRES_C_API = True
 
 
 class _SQLiteReadError(Exception):
@@ -448,7 +480,6 @@ class StoreReader:
     ) -> Iterator[Any]:
         """``traces`` of a SQLite store through ``_sqlite_read``: its raw columns, each batch's
         lines written by ``store_lines`` as ``_SQLITE_LINE`` writes them."""
-        import pyarrow as pa
 
         assert _sqlite_read is not None
         members = [("t.query_id", '"query_id":', False)]
@@ -476,22 +507,15 @@ class StoreReader:
         next(batches)  # the schema
         for batch in batches:
             texts = [_text_buffers(batch.column(3 + i)) for i in range(1 + len(members))]
-            offsets, data = _sqlite_read.store_lines(
-                batch.num_rows,
+            lines = _store_lines(
+                batch,
                 batch.column(2).buffers()[1],
                 texts[0],
                 [(prefix, texts[1 + i], raw) for i, (_, prefix, raw) in enumerate(members)],
                 suffix,
             )
-            lines = pa.LargeStringArray.from_buffers(
-                batch.num_rows, pa.py_buffer(offsets), pa.py_buffer(data)
-            )
-            kept = [batch.column(0), batch.column(1), lines]
-            kept_names = ["key", "query_id", "line"]
-            if ranking_apart:
-                kept.append(batch.column(batch.num_columns - 1))
-                kept_names.append("ranking")
-            yield pa.record_batch(kept, names=kept_names)
+            ranking = ["ranking"] if ranking_apart else []
+            yield _with_lines(batch, lines, ranking, [batch.num_columns - 1] if ranking else [])
 
     def _errors_or_import(self) -> tuple[type[BaseException], ...]:
         errors: list[type[BaseException]] = [ImportError]
@@ -559,23 +583,21 @@ class StoreReader:
 
     # --- the window ---
 
-    def _where(self, window: Window) -> tuple[str, list[Any]]:
+    def _where(self, window: Window, *, apply: bool = True) -> tuple[str, list[Any]]:
         """The window's conditions and SQLite's bound values. PostgreSQL's values become
-        settings of the session, bound in ``set_config`` (see the module's docstring)."""
+        settings of the session, bound in ``set_config`` (see the module's docstring), on this
+        reader's connection when ``apply``; ``_settings`` names them."""
         clauses = []
-        values: list[tuple[str, str]] = []
+        values = self._settings(window)
         if window.since is not None:
-            values.append(("since", format_time(window.since)))
             clauses.append(f"t.recorded_at >= {self._value('since', time=True)}")
         if window.until is not None:
-            values.append(("until", format_time(window.until)))
             clauses.append(f"t.recorded_at < {self._value('until', time=True)}")
         if window.variants:
             if self.dialect == "sqlite":
                 marks = ", ".join("?" * len(window.variants))
                 clauses.append(f"t.variant IN ({marks})")
             else:
-                values.append(("variants", json.dumps(list(window.variants))))
                 clauses.append(
                     "t.variant IN (SELECT jsonb_array_elements_text("
                     f"{self._value('variants')}::jsonb))"
@@ -583,12 +605,24 @@ class StoreReader:
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         if self.dialect == "sqlite":
             return where, [value for _, value in values] + list(window.variants)
-        for key, value in values:
+        for key, value in values if apply else []:
             try:
                 self._run(f"SELECT set_config('rankgate.{key}', $1, false)", (value,))
             except (self._errors, OSError) as problem:
                 raise self._problem(problem, "query failed: ") from None
         return where, []
+
+    def _settings(self, window: Window) -> list[tuple[str, str]]:
+        """The window's values by name: SQLite binds them, PostgreSQL reads them as settings
+        ``rankgate.<name>`` (its variants as one JSON list; SQLite binds each)."""
+        values: list[tuple[str, str]] = []
+        if window.since is not None:
+            values.append(("since", format_time(window.since)))
+        if window.until is not None:
+            values.append(("until", format_time(window.until)))
+        if window.variants and self.dialect != "sqlite":
+            values.append(("variants", json.dumps(list(window.variants))))
+        return values
 
     def _value(self, key: str, *, time: bool = False) -> str:
         if self.dialect == "sqlite":
@@ -607,8 +641,9 @@ class StoreReader:
 
         sql = _SQLITE_LABELS if self.dialect == "sqlite" else _POSTGRES_LABELS
         bounded = window.since is not None or window.until is not None or bool(window.variants)
+        native = self.dialect != "sqlite" and _pg_read is not None and POSTGRES_C_API
         if narrow and bounded:
-            where, params = self._where(window)
+            where, params = self._where(window, apply=not native)
             sql += (
                 " AND" if self.dialect == "sqlite" else " WHERE"
             ) + f" query_id IN (SELECT t.query_id FROM rankgate_traces t{where})"
@@ -623,16 +658,50 @@ class StoreReader:
                 table = self._sqlite_labels(compiled, params, compiled=True)
             else:
                 table = self._adbc_sqlite_labels(sql, params)
-        elif listed:
-            # The server sorts PostgreSQL's, in its collation, when they are to be listed.
-            table = self._fetch_table(sql + " ORDER BY query_id", params)
         else:
-            table = self._fetch_table(sql, params)
+            # The server sorts PostgreSQL's, in its collation, when they are to be listed.
+            table = self._postgres_labels(sql, window, listed) if native else None
+            if table is None:
+                where, params = self._where(window) if narrow and bounded else ("", [])
+                table = self._fetch_table(sql + (" ORDER BY query_id" if listed else ""), params)
         query_ids = table.column(0)  # encoded as it is, chunks and all (group_labels)
-        documents = table.column(1).combine_chunks().cast(pa.large_string())
-        grades = table.column(2).combine_chunks().cast(pa.float64())
+        documents = _one_array(table.column(1)).cast(pa.large_string())
+        grades = _one_array(table.column(2)).cast(pa.float64())
         ordered = listed and self.dialect != "sqlite"
         return group_labels(query_ids, documents, grades, ordered=ordered)
+
+    def _postgres_labels(self, sql: str, window: Window, listed: bool) -> Any:
+        """The label rows of ``sql`` read by ``_pg_read`` on a connection of its own, the
+        window's settings applied there, sorted by query ID when ``listed``; None when they are
+        not of the shape it converts (a column altered to another type), for ADBC's general
+        read to take them."""
+        assert _pg_read is not None
+        rows_sql = f"SELECT l.query_id::text, l.document_id::text, l.grade FROM ({sql}) l"
+        rows_sql += " ORDER BY l.query_id" if listed else ""
+        try:
+            found = _pg_read.copy_labels(
+                self.url,
+                tuple((f"rankgate.{key}", value) for key, value in self._settings(window)),
+                rows_sql,
+            )
+        except _pg_read.Unsupported:
+            return None
+        except _pg_read.Error as problem:
+            state, message, connected = problem.args
+            raise self._postgres_problem(state, message, connected) from None
+        rows, query_offsets, query_data, offsets, data, grades = found
+        return _label_table(rows, query_offsets, query_data, offsets, data, grades)
+
+    def _postgres_problem(self, state: str, message: str, connected: bool) -> StoreError:
+        """A ``_pg_read`` error as the store's one-line error: unavailable when no connection
+        was made, or it was lost, or the server could not serve the read now (SQLSTATE classes
+        08, 53, 57, and a lock not granted), as ADBC's ``OperationalError`` is."""
+        text = describe_error(RuntimeError(message), self.url)
+        if not connected:
+            return StoreUnavailable(f"{self.name}: unavailable ({text})")
+        if state[:2] in {"08", "53", "57"} or state == "55P03":
+            return StoreUnavailable(f"{self.name}: unavailable ({text})")
+        return StoreError(f"{self.name}: query failed: {text}")
 
     def _adbc_sqlite_labels(self, sql: str, params: list[Any]) -> Any:
         """The label rows of the guarded ``sql`` through ADBC, where ``_sqlite_read`` is not
@@ -662,20 +731,11 @@ class StoreReader:
 
         found = self._call(self._native.read_labels, sql, tuple(params))
         rows, query_offsets, query_data, offsets, data, grades, valid, missing = found
-        query_ids = pa.LargeStringArray.from_buffers(
-            rows, pa.py_buffer(query_offsets), pa.py_buffer(query_data)
-        )
-        documents = pa.LargeStringArray.from_buffers(
-            rows, pa.py_buffer(offsets), pa.py_buffer(data)
-        )
         bitmap = None
         if missing:  # a grade that is no number: a null, as the guarded SQL's CASE gives
             present = np.frombuffer(valid, dtype=np.uint8)
             bitmap = pa.py_buffer(np.packbits(present, bitorder="little"))
-        numbers = pa.Array.from_buffers(
-            pa.float64(), rows, [bitmap, pa.py_buffer(grades)], null_count=missing
-        )
-        return pa.table({"query_id": query_ids, "document_id": documents, "grade": numbers})
+        return _label_table(rows, query_offsets, query_data, offsets, data, grades, bitmap, missing)
 
     def _sqlite_labels(self, sql: str, params: list[Any], *, compiled: bool = False) -> Any:
         """The label rows of ``sql``, in rowid order, through ADBC or (``compiled``)
@@ -778,38 +838,88 @@ class StoreReader:
         """The window's traces in the record path's order, a record batch at a time; the lines
         carry the attributes, the query ID and those of the store's other columns ``names``
         holds."""
-        key = "t.rowid" if self.dialect == "sqlite" else "t.seq"
-        arrival = "t.recorded_at, t.rowid" if self.dialect == "sqlite" else "t.recorded_at, t.seq"
         if self.dialect == "sqlite":
+            if self._native is not None:
+                yield from self._native_traces(window, names, ranking_apart=ranking_apart)
+                return
             where_ranking = _SQLITE_RANKING_APART if ranking_apart else _SQLITE_RANKING_IN_LINE
             line = _SQLITE_LINE.format(**where_ranking, **_carried(_SQLITE_CARRIED, names))
             # The text of a query ID the line refuses (a number, say) is what sampling hashes.
-            columns = f"{key} AS key, CAST(t.query_id AS TEXT) AS query_id, {line} AS line"
+            columns = f"t.rowid AS key, CAST(t.query_id AS TEXT) AS query_id, {line} AS line"
             if ranking_apart:
                 columns += ", " + _SQLITE_RANKING_COLUMN
-        else:
-            ranking = "'[]'" if ranking_apart else "to_json(t.retrieved_ids)::text"
-            line = _POSTGRES_LINE.format(ranking=ranking, **_carried(_POSTGRES_CARRIED, names))
-            columns = f"{key} AS key, t.query_id, {line} AS line"
-            if ranking_apart:
-                columns += (
-                    ", cardinality(t.retrieved_ids) AS ranking_length"
-                    f", array_to_string(t.retrieved_ids, chr({ord(RANKING_SEPARATOR)})) AS ranking"
-                )
-        where, params = self._where(window)
-        sql = f"SELECT {columns} FROM rankgate_traces t{where} ORDER BY {arrival}"
-        if self.dialect == "sqlite":
+            where, params = self._where(window)
+            sql = f"SELECT {columns} FROM rankgate_traces t{where} ORDER BY t.recorded_at, t.rowid"
             options = {"adbc.sqlite.query.batch_rows": str(_SQLITE_BATCH_ROWS)}
-        else:
-            options = {"adbc.postgresql.batch_size_hint_bytes": str(_POSTGRES_BATCH_BYTES)}
-            # Walk the (recorded_at, seq) index rather than sort the window: rows then stream from
-            # the first, while the client decodes and scores, where a sort of a whole window
-            # held the client idle for seconds (and spilled to disk at the default work_mem).
-            # This connection reads the traces only.
-            self._run("SET enable_sort = off")
-        if self._native is not None:
-            yield from self._native_traces(window, names, ranking_apart=ranking_apart)
+            yield from self._adbc_batches(sql, params, options)
             return
+        if _sqlite_read is not None and POSTGRES_C_API:
+            yield from self._postgres_traces(window, names, ranking_apart=ranking_apart)
+            return
+        ranking = "'[]'" if ranking_apart else "to_json(t.retrieved_ids)::text"
+        line = _POSTGRES_LINE.format(ranking=ranking, **_carried(_POSTGRES_CARRIED, names))
+        columns = f"t.seq AS key, t.query_id, {line} AS line"
+        if ranking_apart:
+            columns += ", " + _POSTGRES_RANKING_COLUMNS
+        yield from self._postgres_batches(self._postgres_window_sql(columns, window))
+
+    def _postgres_window_sql(self, columns: str, window: Window) -> str:
+        """The query of ``columns`` of the window's traces in arrival order (the window's
+        values set on this connection)."""
+        where, _ = self._where(window)
+        return f"SELECT {columns} FROM rankgate_traces t{where} ORDER BY t.recorded_at, t.seq"
+
+    def _postgres_traces(
+        self, window: Window, names: Sequence[str], *, ranking_apart: bool
+    ) -> Iterator[Any]:
+        """``traces`` of a PostgreSQL store: its raw columns through ADBC, each batch's lines
+        written by ``store_lines`` as ``_POSTGRES_LINE`` writes them (a null variant is JSON's
+        null there, which the scanner reads as the key's absence, as it does SQLite's)."""
+
+        assert _sqlite_read is not None
+        members = [
+            (column, prefix, False)
+            for name, (column, prefix) in _POSTGRES_MEMBERS.items()
+            if name in names
+        ]
+        if not ranking_apart:
+            members.append(("to_json(t.retrieved_ids)::text", ',"retrieved_ids":', True))
+        # store_lines writes the attributes' members only when they are a non-empty object.
+        columns = ["t.seq AS key", "t.query_id", f"{_POSTGRES_PLAIN} AS plain"]
+        columns += ["t.attributes::text AS attributes"]
+        columns += [f"{column} AS m{i}" for i, (column, _, _) in enumerate(members)]
+        if ranking_apart:
+            columns.append(_POSTGRES_RANKING_COLUMNS)
+        sql = self._postgres_window_sql(", ".join(columns), window)
+        suffix = ',"retrieved_ids":[]' if ranking_apart else ""
+        for batch in self._postgres_batches(sql):
+            query_id, attributes, *values = (
+                _wide_text_buffers(batch.column(i)) for i in [1, *range(3, 4 + len(members))]
+            )
+            carried = zip(members, values, strict=True)
+            lines = _store_lines(
+                batch,
+                _int64_data(batch.column(2)),
+                attributes,
+                [('"query_id":', query_id, False)]
+                + [(prefix, value, raw) for (_, prefix, raw), value in carried],
+                suffix,
+            )
+            ranking = ["ranking_length", "ranking"] if ranking_apart else []
+            yield _with_lines(batch, lines, ranking, ranking)
+
+    def _postgres_batches(self, sql: str) -> Iterator[Any]:
+        """The rows of ``sql`` from PostgreSQL, streamed by COPY, a record batch at a time."""
+        # Walk the (recorded_at, seq) index rather than sort the window: rows then stream from
+        # the first, while the client decodes and scores, where a sort of a whole window held
+        # the client idle for seconds (and spilled to disk at the default work_mem). This
+        # connection reads the traces only.
+        self._run("SET enable_sort = off")
+        options = {"adbc.postgresql.batch_size_hint_bytes": str(_POSTGRES_BATCH_BYTES)}
+        yield from self._adbc_batches(sql, [], options)
+
+    def _adbc_batches(self, sql: str, params: list[Any], options: dict[str, str]) -> Iterator[Any]:
+        """The non-empty record batches of ``sql`` through ADBC's driver."""
         statement = None
         try:
             statement, reader = self._query(sql, params, **options)
@@ -825,6 +935,76 @@ class StoreReader:
         finally:
             if statement is not None:
                 statement.close()
+
+
+def _one_array(column: Any) -> Any:
+    """A chunked column as one array: its only chunk as it is (``combine_chunks`` copies even
+    one: 0.2 s of 10M label rows)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _label_table(
+    rows: int,
+    query_offsets: Any,
+    query_data: Any,
+    offsets: Any,
+    data: Any,
+    grades: Any,
+    bitmap: Any = None,
+    missing: int = 0,
+) -> Any:
+    """A compiled reader's label buffers (int64 offsets and their data, float64 grades, a
+    validity bitmap of the grades or None) as a table of query ID, document ID and grade."""
+    import pyarrow as pa
+
+    query_ids = pa.LargeStringArray.from_buffers(
+        rows, pa.py_buffer(query_offsets), pa.py_buffer(query_data)
+    )
+    documents = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
+    numbers = pa.Array.from_buffers(
+        pa.float64(), rows, [bitmap, pa.py_buffer(grades)], null_count=missing
+    )
+    return pa.table({"query_id": query_ids, "document_id": documents, "grade": numbers})
+
+
+def _store_lines(batch: Any, plain: Any, attributes: Any, members: list[Any], suffix: str) -> Any:
+    """``_sqlite_read.store_lines`` of a batch's raw columns, as a large_string column."""
+    import pyarrow as pa
+
+    assert _sqlite_read is not None
+    offsets, data = _sqlite_read.store_lines(batch.num_rows, plain, attributes, members, suffix)
+    return pa.LargeStringArray.from_buffers(
+        batch.num_rows, pa.py_buffer(offsets), pa.py_buffer(data)
+    )
+
+
+def _with_lines(batch: Any, lines: Any, names: list[str], columns: list[Any]) -> Any:
+    """The batch the traces' readers pass on: its key and query ID, the lines, and the ranking's
+    ``columns`` (indices or names of the batch's) as ``names``."""
+    import pyarrow as pa
+
+    kept = [batch.column(0), batch.column(1), lines, *(batch.column(c) for c in columns)]
+    return pa.record_batch(kept, names=["key", "query_id", "line", *names])
+
+
+def _wide_text_buffers(column: Any) -> tuple[Any, Any, Any]:
+    """``_text_buffers`` of a string or large_string column (a driver's, never sliced): a
+    string column's offsets widened to int64, its data as it is."""
+    import pyarrow as pa
+
+    if pa.types.is_large_string(column.type):
+        return _text_buffers(column)
+    if column.offset:
+        return _text_buffers(column.cast(pa.large_string()))
+    validity, offsets, data = column.buffers()
+    wide = np.frombuffer(offsets, dtype=np.int32, count=len(column) + 1).astype(np.int64)
+    return wide, data if data is not None else b"", validity if column.null_count else None
+
+
+def _int64_data(column: Any) -> Any:
+    """The values buffer of an int64 column with no nulls (a driver's, never sliced)."""
+    assert column.offset == 0 and not column.null_count
+    return column.buffers()[1]
 
 
 def _text_buffers(column: Any) -> tuple[Any, Any, Any]:
