@@ -1,12 +1,17 @@
 /* A PostgreSQL store's label rows read with libpq's COPY, straight into Arrow buffers.
  *
- * copy_labels(conninfo, settings, sql)
- *     -> (rows, query_offsets, query_data, document_offsets, document_data, grades)
- *   Connects with `conninfo` (a URL or key=value string, as libpq takes it, the client encoding
- *   UTF8), makes the session read-only, applies each (name, value) of `settings` with
- *   set_config (bound, never spliced), and runs `COPY (sql) TO STDOUT (FORMAT binary)`. `sql`
- *   must give three columns: a query ID and a document ID (text) and a grade (float8). The
- *   result is int64 Arrow offsets and their data for the IDs, and float64 grades.
+ * copy_labels(conninfo, settings, sqls)
+ *     -> (rows, runs, run_starts, query_offsets, query_data, document_offsets, document_data,
+ *         grades)
+ *   Connects once per query of `sqls` (1-4) with `conninfo` (a URL or key=value string, as libpq
+ *   takes it, the client encoding UTF8), makes each session read-only, applies each (name,
+ *   value) of `settings` with set_config (bound, never spliced), and runs `COPY (sql) TO STDOUT
+ *   (FORMAT binary)` on every connection at once, all in one snapshot (the first connection
+ *   exports it, the others take it). Each query must give three columns: a query ID and a
+ *   document ID (text) and a grade (float8); the rows come in the order of `sqls`. Rows of one
+ *   query that follow each other are a run, whose ID is kept once: run_starts holds the first
+ *   row of each run (int64), query_offsets and query_data the runs' IDs; the documents come as
+ *   int64 Arrow offsets and their data, the grades as float64, one per row.
  *
  *   ADBC's driver decodes COPY's binary rows through a general reader per field and then Arrow's
  *   builders: about 190 ns a label row of the client's time, where this loop takes a fraction of
@@ -24,7 +29,9 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +42,7 @@
 static PyObject *PgError;     /* rankgate._pg_read.Error(sqlstate, message, connected) */
 static PyObject *Unsupported; /* rankgate._pg_read.Unsupported */
 
-enum { QUERY_OFFSETS, QUERY_DATA, DOCUMENT_OFFSETS, DOCUMENT_DATA, GRADES, BUFFERS };
+enum { RUN_STARTS, QUERY_OFFSETS, QUERY_DATA, DOCUMENT_OFFSETS, DOCUMENT_DATA, GRADES, BUFFERS };
 
 /* What a read ended with, apart from success. */
 enum { READ_OK, READ_NO_MEMORY, READ_UNSUPPORTED, READ_FAILED };
@@ -44,7 +51,7 @@ static const char SIGNATURE[11] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\377', '
 
 typedef struct {
     Grow grows[BUFFERS];
-    int64_t rows;
+    int64_t rows, runs;
     int header_read, ended;
 } Labels;
 
@@ -102,8 +109,23 @@ static int labels_take(Labels *labels, const unsigned char *at, size_t size) {
         uint64_t bits = (uint64_t)big32(grade) << 32 | big32(grade + 4);
         double value;
         memcpy(&value, &bits, sizeof value);
-        if (put_text(&grows[QUERY_OFFSETS], &grows[QUERY_DATA], query, (int)query_bytes) < 0 ||
-            put_text(&grows[DOCUMENT_OFFSETS], &grows[DOCUMENT_DATA], document,
+        /* A row of the same query as the row before continues its run: the ID is kept once. */
+        int same = 0;
+        if (labels->runs) {
+            int64_t id_start, id_end; /* the last run's ID, between the last two offsets */
+            const char *offsets = grows[QUERY_OFFSETS].data;
+            memcpy(&id_start, offsets + (labels->runs - 1) * sizeof id_start, sizeof id_start);
+            memcpy(&id_end, offsets + labels->runs * sizeof id_end, sizeof id_end);
+            same = id_end - id_start == (int64_t)query_bytes &&
+                   (query_bytes == 0 ||
+                    memcmp(grows[QUERY_DATA].data + id_start, query, query_bytes) == 0);
+        }
+        if (!same &&
+            (grow_put(&grows[RUN_STARTS], &labels->rows, sizeof labels->rows) < 0 ||
+             put_text(&grows[QUERY_OFFSETS], &grows[QUERY_DATA], query, (int)query_bytes) < 0))
+            return READ_NO_MEMORY;
+        labels->runs += !same;
+        if (put_text(&grows[DOCUMENT_OFFSETS], &grows[DOCUMENT_DATA], document,
                      (int)document_bytes) < 0 ||
             grow_put(&grows[GRADES], &value, sizeof value) < 0)
             return READ_NO_MEMORY;
@@ -123,22 +145,215 @@ static void describe(const char *text, char *message, size_t size) {
     message[length] = '\0';
 }
 
-/* Runs `sql` (with `count` text parameters); READ_FAILED with the message and SQLSTATE when it
- * does not give `wanted`. */
-static int run(PGconn *connection, const char *sql, int count, const char *const *values,
-               ExecStatusType wanted, char *state, char *message, size_t size) {
-    PGresult *result = PQexecParams(connection, sql, count, NULL, values, NULL, NULL, 0);
-    int status = PQresultStatus(result);
-    if (status == (int)wanted) {
-        /* A COPY's result stays with the connection until its data is read. */
-        PQclear(result);
-        return READ_OK;
-    }
+enum { MAX_SETTINGS = 8, MAX_PARTS = 4 };
+
+/* One COPY on a connection of its own, and the rows it gave. */
+typedef struct {
+    PGconn *connection;
+    char *sql; /* COPY (...) TO STDOUT (FORMAT binary) */
+    Labels labels;
+    int done;
+} Part;
+
+typedef struct {
+    char state[6], message[512];
+    int connected; /* every part's connection was made */
+} Failure;
+
+/* A result's error (or the connection's) as the read's failure, unless one is kept already. */
+static int fail(Failure *failure, PGconn *connection, const PGresult *result) {
+    if (failure->message[0]) return READ_FAILED;
     const char *code = result ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : NULL;
-    snprintf(state, 6, "%s", code ? code : "");
-    describe(result ? PQresultErrorMessage(result) : PQerrorMessage(connection), message, size);
-    PQclear(result);
+    snprintf(failure->state, sizeof failure->state, "%s", code ? code : "");
+    describe(result ? PQresultErrorMessage(result) : PQerrorMessage(connection),
+             failure->message, sizeof failure->message);
     return READ_FAILED;
+}
+
+/* Runs `sql` (with `count` text parameters); READ_FAILED, the failure kept, when it does not
+ * give `wanted`. */
+static int run(PGconn *connection, const char *sql, int count, const char *const *values,
+               ExecStatusType wanted, Failure *failure) {
+    PGresult *result = PQexecParams(connection, sql, count, NULL, values, NULL, NULL, 0);
+    int outcome = PQresultStatus(result) == wanted ? READ_OK : fail(failure, connection, result);
+    /* A COPY's result stays with the connection until its data is read. */
+    PQclear(result);
+    return outcome;
+}
+
+/* Connects, makes the session read-only and applies the settings. */
+static int part_open(Part *part, const char *conninfo, Py_ssize_t count, char **names,
+                     char **values, Failure *failure) {
+    /* The URL's own connect_timeout, if it has one, overrides the first (libpq's order). */
+    const char *keywords[] = {"connect_timeout", "dbname", "client_encoding", NULL};
+    const char *settings[] = {"10", conninfo, "UTF8", NULL};
+    part->connection = PQconnectdbParams(keywords, settings, 1);
+    if (part->connection == NULL || PQstatus(part->connection) != CONNECTION_OK) {
+        failure->connected = 0;
+        if (!failure->message[0])
+            describe(part->connection ? PQerrorMessage(part->connection) : "out of memory",
+                     failure->message, sizeof failure->message);
+        return READ_FAILED;
+    }
+    int outcome = run(part->connection, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+                      0, NULL, PGRES_COMMAND_OK, failure);
+    for (Py_ssize_t i = 0; i < count && outcome == READ_OK; i++) {
+        const char *bound[] = {names[i], values[i]};
+        outcome = run(part->connection, "SELECT set_config($1, $2, false)", 2, bound,
+                      PGRES_TUPLES_OK, failure);
+    }
+    int64_t zero = 0;
+    Grow *grows = part->labels.grows;
+    if (outcome == READ_OK && (grow_put(&grows[QUERY_OFFSETS], &zero, sizeof zero) < 0 ||
+                               grow_put(&grows[DOCUMENT_OFFSETS], &zero, sizeof zero) < 0))
+        outcome = READ_NO_MEMORY;
+    return outcome;
+}
+
+/* Every part in one transaction snapshot: the first exports it, the others take it (as
+ * pg_dump's parallel workers do), so that a label moved by a concurrent update is seen once. */
+static int share_snapshot(Part *parts, int count, Failure *failure) {
+    static const char begin[] = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+    int outcome = run(parts[0].connection, begin, 0, NULL, PGRES_COMMAND_OK, failure);
+    if (outcome != READ_OK) return outcome;
+    PGresult *result = PQexec(parts[0].connection, "SELECT pg_export_snapshot()");
+    if (PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1) {
+        outcome = fail(failure, parts[0].connection, result);
+        PQclear(result);
+        return outcome;
+    }
+    char set[128];
+    const char *snapshot = PQgetvalue(result, 0, 0);
+    /* The identifier is spliced (SET TRANSACTION takes no parameter): hex digits and dashes. */
+    int plain = strlen(snapshot) < 64 && strspn(snapshot, "0123456789ABCDEFabcdef-") == strlen(snapshot);
+    if (plain) snprintf(set, sizeof set, "SET TRANSACTION SNAPSHOT '%s'", snapshot);
+    PQclear(result);
+    if (!plain) return READ_UNSUPPORTED;
+    for (int i = 1; i < count && outcome == READ_OK; i++) {
+        outcome = run(parts[i].connection, begin, 0, NULL, PGRES_COMMAND_OK, failure);
+        if (outcome == READ_OK)
+            outcome = run(parts[i].connection, set, 0, NULL, PGRES_COMMAND_OK, failure);
+    }
+    return outcome;
+}
+
+/* The rows a part's connection holds now (`wait`: block for them); done at the COPY's end. */
+static int part_read(Part *part, int wait, int *progressed, Failure *failure) {
+    int outcome = READ_OK, got;
+    char *buffer = NULL;
+    while ((got = PQgetCopyData(part->connection, &buffer, !wait)) > 0) {
+        if (outcome == READ_OK)
+            outcome = labels_take(&part->labels, (const unsigned char *)buffer, (size_t)got);
+        PQfreemem(buffer);
+        *progressed = 1;
+        /* After a failure the rest is drained, so that the connection ends cleanly. */
+    }
+    if (got == 0) return outcome; /* no whole row yet */
+    part->done = 1;
+    *progressed = 1;
+    PGresult *result;
+    while ((result = PQgetResult(part->connection)) != NULL) {
+        if (PQresultStatus(result) != PGRES_COMMAND_OK)
+            outcome = fail(failure, part->connection, result);
+        PQclear(result);
+    }
+    if (got == -2) outcome = fail(failure, part->connection, NULL);
+    if (outcome == READ_OK && (!part->labels.header_read || !part->labels.ended))
+        outcome = READ_UNSUPPORTED;
+    return outcome;
+}
+
+/* Waits until one of the parts not done has bytes to read, and takes them in. */
+static int wait_for_rows(Part *parts, int count, Failure *failure) {
+    struct pollfd polled[MAX_PARTS];
+    int which[MAX_PARTS], watched = 0;
+    for (int i = 0; i < count; i++) {
+        if (parts[i].done) continue;
+        polled[watched].fd = PQsocket(parts[i].connection);
+        polled[watched].events = POLLIN;
+        polled[watched].revents = 0;
+        which[watched++] = i;
+    }
+    if (poll(polled, (nfds_t)watched, -1) < 0 && errno != EINTR)
+        return fail(failure, parts[which[0]].connection, NULL);
+    for (int i = 0; i < watched; i++)
+        if (polled[i].revents && !PQconsumeInput(parts[which[i]].connection))
+            return fail(failure, parts[which[i]].connection, NULL);
+    return READ_OK;
+}
+
+/* Appends the bytes of `from` to `to` (which takes no ownership of them). */
+static int grow_append(Grow *to, const Grow *from, size_t skip) {
+    return grow_put(to, from->data + skip, from->size - skip);
+}
+
+/* Offsets (int64) of `from` past its leading zero, each moved by `shift`, appended to `to`. */
+static int offsets_append(Grow *to, const Grow *from, size_t first, int64_t shift) {
+    size_t count = from->size / sizeof(int64_t);
+    if (grow_reserve(to, (count - first) * sizeof(int64_t)) < 0) return -1;
+    for (size_t i = first; i < count; i++) {
+        int64_t value;
+        memcpy(&value, from->data + i * sizeof value, sizeof value);
+        value += shift;
+        memcpy(to->data + to->size, &value, sizeof value);
+        to->size += sizeof value;
+    }
+    return 0;
+}
+
+/* The rows of `part` appended to `into`, in order; a run that continues the last run of `into`
+ * (the same query on both sides of the split) joins it. */
+static int labels_append(Labels *into, const Labels *part) {
+    Grow *to = into->grows;
+    const Grow *from = part->grows;
+    size_t joins = 0;
+    if (into->runs && part->runs) {
+        int64_t a_start, a_end, b_end;
+        memcpy(&a_start, to[QUERY_OFFSETS].data + (into->runs - 1) * sizeof a_start,
+               sizeof a_start);
+        memcpy(&a_end, to[QUERY_OFFSETS].data + into->runs * sizeof a_end, sizeof a_end);
+        memcpy(&b_end, from[QUERY_OFFSETS].data + sizeof b_end, sizeof b_end);
+        joins = a_end - a_start == b_end &&
+                (b_end == 0 || memcmp(to[QUERY_DATA].data + a_start, from[QUERY_DATA].data,
+                                      (size_t)b_end) == 0);
+    }
+    int64_t first_id_end = 0;
+    if (joins) memcpy(&first_id_end, from[QUERY_OFFSETS].data + sizeof first_id_end,
+                      sizeof first_id_end);
+    int64_t rows = into->rows;
+    int64_t query_shift = (int64_t)to[QUERY_DATA].size - first_id_end;
+    int64_t document_shift = (int64_t)to[DOCUMENT_DATA].size;
+    if (offsets_append(&to[RUN_STARTS], &from[RUN_STARTS], joins, rows) < 0 ||
+        offsets_append(&to[QUERY_OFFSETS], &from[QUERY_OFFSETS], 1 + joins, query_shift) < 0 ||
+        grow_append(&to[QUERY_DATA], &from[QUERY_DATA], (size_t)first_id_end) < 0 ||
+        offsets_append(&to[DOCUMENT_OFFSETS], &from[DOCUMENT_OFFSETS], 1, document_shift) < 0 ||
+        grow_append(&to[DOCUMENT_DATA], &from[DOCUMENT_DATA], 0) < 0 ||
+        grow_append(&to[GRADES], &from[GRADES], 0) < 0)
+        return READ_NO_MEMORY;
+    into->rows += part->rows;
+    into->runs += part->runs - (int64_t)joins;
+    return READ_OK;
+}
+
+/* The COPYs of every part at once, each part's rows into its own buffers. */
+static int read_parts(Part *parts, int count, Failure *failure) {
+    int outcome = READ_OK;
+    for (int i = 0; i < count && outcome == READ_OK; i++)
+        outcome = run(parts[i].connection, parts[i].sql, 0, NULL, PGRES_COPY_OUT, failure);
+    if (outcome != READ_OK) return outcome;
+    for (int left = count; left;) {
+        int progressed = 0;
+        for (int i = 0; i < count; i++) {
+            if (parts[i].done) continue;
+            int result = part_read(&parts[i], count == 1, &progressed, failure);
+            if (result != READ_OK && outcome == READ_OK) outcome = result;
+            left -= parts[i].done;
+        }
+        if (outcome != READ_OK) return outcome; /* the connections are closed unread */
+        if (left && !progressed) outcome = wait_for_rows(parts, count, failure);
+        if (outcome != READ_OK) return outcome;
+    }
+    return READ_OK;
 }
 
 static PyObject *raise_error(const char *state, const char *message, int connected) {
@@ -150,20 +365,22 @@ static PyObject *raise_error(const char *state, const char *message, int connect
     return NULL;
 }
 
-enum { MAX_SETTINGS = 8 };
-
 static PyObject *copy_labels(PyObject *self, PyObject *args) {
-    const char *conninfo, *sql;
-    PyObject *settings_object;
-    if (!PyArg_ParseTuple(args, "sO!s", &conninfo, &PyTuple_Type, &settings_object, &sql))
+    const char *conninfo;
+    PyObject *settings_object, *sqls_object;
+    if (!PyArg_ParseTuple(args, "sO!O!", &conninfo, &PyTuple_Type, &settings_object,
+                          &PyTuple_Type, &sqls_object))
         return NULL;
     Py_ssize_t setting_count = PyTuple_GET_SIZE(settings_object);
-    if (setting_count > MAX_SETTINGS) {
-        PyErr_SetString(PyExc_ValueError, "copy_labels: too many settings");
+    Py_ssize_t part_count = PyTuple_GET_SIZE(sqls_object);
+    if (setting_count > MAX_SETTINGS || part_count < 1 || part_count > MAX_PARTS) {
+        PyErr_SetString(PyExc_ValueError, "copy_labels: too many settings, or 1-4 queries");
         return NULL;
     }
-    /* UTF-8 copies of the settings: the tuple's strings are not touched without the GIL. */
+    /* UTF-8 copies of the strings: the tuples are not touched without the GIL. */
     char *names[MAX_SETTINGS] = {NULL}, *values[MAX_SETTINGS] = {NULL};
+    Part parts[MAX_PARTS];
+    memset(parts, 0, sizeof parts);
     int bad = 0;
     for (Py_ssize_t i = 0; i < setting_count && !bad; i++) {
         PyObject *pair = PyTuple_GET_ITEM(settings_object, i);
@@ -172,120 +389,75 @@ static PyObject *copy_labels(PyObject *self, PyObject *args) {
             !(values[i] = strdup(value)))
             bad = 1;
     }
-    char *copy_sql = NULL;
-    size_t sql_length = strlen(sql);
-    if (!bad) {
+    for (Py_ssize_t i = 0; i < part_count && !bad; i++) {
+        const char *sql = PyUnicode_AsUTF8(PyTuple_GET_ITEM(sqls_object, i));
         static const char before[] = "COPY (", after[] = ") TO STDOUT (FORMAT binary)";
-        copy_sql = malloc(sizeof before + sql_length + sizeof after);
-        if (copy_sql == NULL) bad = 1;
-        else {
-            memcpy(copy_sql, before, sizeof before - 1);
-            memcpy(copy_sql + sizeof before - 1, sql, sql_length);
-            memcpy(copy_sql + sizeof before - 1 + sql_length, after, sizeof after);
+        size_t length = sql ? strlen(sql) : 0;
+        if (sql == NULL || !(parts[i].sql = malloc(sizeof before + length + sizeof after))) {
+            bad = 1;
+            break;
         }
-    }
-    if (bad) {
-        for (Py_ssize_t i = 0; i < setting_count; i++) {
-            free(names[i]);
-            free(values[i]);
-        }
-        free(copy_sql);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        return NULL;
+        memcpy(parts[i].sql, before, sizeof before - 1);
+        memcpy(parts[i].sql + sizeof before - 1, sql, length);
+        memcpy(parts[i].sql + sizeof before - 1 + length, after, sizeof after);
     }
 
-    Labels labels;
-    memset(&labels, 0, sizeof labels);
-    Grow *grows = labels.grows;
-    char state[6] = "", message[512] = "";
-    int outcome = READ_OK, connected = 0;
-    PGconn *connection = NULL;
-
-    Py_BEGIN_ALLOW_THREADS
-    /* The URL's own connect_timeout, if it has one, overrides the first (libpq's order). */
-    const char *keywords[] = {"connect_timeout", "dbname", "client_encoding", NULL};
-    const char *settings[] = {"10", conninfo, "UTF8", NULL};
-    connection = PQconnectdbParams(keywords, settings, 1);
-    if (connection == NULL || PQstatus(connection) != CONNECTION_OK) {
-        outcome = READ_FAILED;
-        describe(connection ? PQerrorMessage(connection) : "out of memory", message,
-                 sizeof message);
-    } else {
-        connected = 1;
-        outcome = run(connection, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", 0, NULL,
-                      PGRES_COMMAND_OK, state, message, sizeof message);
-    }
-    for (Py_ssize_t i = 0; i < setting_count && outcome == READ_OK; i++) {
-        const char *bound[] = {names[i], values[i]};
-        outcome = run(connection, "SELECT set_config($1, $2, false)", 2, bound, PGRES_TUPLES_OK,
-                      state, message, sizeof message);
-    }
-    int64_t zero = 0;
-    if (outcome == READ_OK && (grow_put(&grows[QUERY_OFFSETS], &zero, sizeof zero) < 0 ||
-                               grow_put(&grows[DOCUMENT_OFFSETS], &zero, sizeof zero) < 0))
-        outcome = READ_NO_MEMORY;
-    if (outcome == READ_OK)
-        outcome = run(connection, copy_sql, 0, NULL, PGRES_COPY_OUT, state, message,
-                      sizeof message);
-    if (outcome == READ_OK) {
-        char *buffer = NULL;
-        int got;
-        while ((got = PQgetCopyData(connection, &buffer, 0)) > 0) {
-            if (outcome == READ_OK)
-                outcome = labels_take(&labels, (const unsigned char *)buffer, (size_t)got);
-            PQfreemem(buffer);
-            /* After a failure the rest is drained, so that the connection ends cleanly. */
+    Failure failure;
+    memset(&failure, 0, sizeof failure);
+    failure.connected = 1;
+    int outcome = bad ? READ_NO_MEMORY : READ_OK;
+    if (!bad) {
+        int count = (int)part_count;
+        Py_BEGIN_ALLOW_THREADS
+        for (int i = 0; i < count && outcome == READ_OK; i++)
+            outcome = part_open(&parts[i], conninfo, setting_count, names, values, &failure);
+        if (outcome == READ_OK && count > 1) outcome = share_snapshot(parts, count, &failure);
+        if (outcome == READ_OK) outcome = read_parts(parts, count, &failure);
+        for (int i = 1; i < count && outcome == READ_OK; i++)
+            outcome = labels_append(&parts[0].labels, &parts[i].labels);
+        for (int i = 0; i < count; i++) {
+            if (outcome == READ_FAILED && parts[i].connection && !failure.state[0] &&
+                PQstatus(parts[i].connection) != CONNECTION_OK)
+                snprintf(failure.state, sizeof failure.state, "08006"); /* the connection was lost */
+            PQfinish(parts[i].connection); /* a read stopped early is cancelled with it */
         }
-        PGresult *result;
-        while ((result = PQgetResult(connection)) != NULL) {
-            if (PQresultStatus(result) != PGRES_COMMAND_OK && outcome != READ_FAILED) {
-                const char *code = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-                snprintf(state, sizeof state, "%s", code ? code : "");
-                describe(PQresultErrorMessage(result), message, sizeof message);
-                outcome = READ_FAILED;
-            }
-            PQclear(result);
-        }
-        if (got == -2 && outcome != READ_FAILED) {
-            describe(PQerrorMessage(connection), message, sizeof message);
-            outcome = READ_FAILED;
-        }
-        if (outcome == READ_OK && (!labels.header_read || !labels.ended)) outcome = READ_UNSUPPORTED;
+        Py_END_ALLOW_THREADS
     }
-    if (connected && outcome == READ_FAILED && !state[0] && PQstatus(connection) != CONNECTION_OK)
-        snprintf(state, sizeof state, "08006"); /* the connection was lost */
-    PQfinish(connection);
-    Py_END_ALLOW_THREADS
 
     for (Py_ssize_t i = 0; i < setting_count; i++) {
         free(names[i]);
         free(values[i]);
     }
-    free(copy_sql);
+    for (int i = 0; i < MAX_PARTS; i++) {
+        free(parts[i].sql);
+        if (i > 0 || outcome != READ_OK)
+            for (int j = 0; j < BUFFERS; j++) free(parts[i].labels.grows[j].data);
+    }
     if (outcome != READ_OK) {
-        for (int i = 0; i < BUFFERS; i++) free(grows[i].data);
-        if (outcome == READ_NO_MEMORY) return PyErr_NoMemory();
+        if (outcome == READ_NO_MEMORY) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
         if (outcome == READ_UNSUPPORTED) {
             PyErr_SetString(Unsupported, "the label rows are not of the expected shape");
             return NULL;
         }
-        return raise_error(state, message, connected);
+        return raise_error(failure.state, failure.message, failure.connected);
     }
+    Labels *labels = &parts[0].labels;
     PyObject *blocks[BUFFERS];
     int failed = 0;
-    for (int i = 0; i < BUFFERS; i++) failed |= (blocks[i] = grow_release(&grows[i])) == NULL;
+    for (int i = 0; i < BUFFERS; i++)
+        failed |= (blocks[i] = grow_release(&labels->grows[i])) == NULL;
     PyObject *result = NULL;
     if (!failed)
-        result = Py_BuildValue("(LOOOOO)", (long long)labels.rows, blocks[QUERY_OFFSETS],
-                               blocks[QUERY_DATA], blocks[DOCUMENT_OFFSETS],
-                               blocks[DOCUMENT_DATA], blocks[GRADES]);
+        result = Py_BuildValue("(LLOOOOOO)", (long long)labels->rows, (long long)labels->runs,
+                               blocks[RUN_STARTS], blocks[QUERY_OFFSETS], blocks[QUERY_DATA],
+                               blocks[DOCUMENT_OFFSETS], blocks[DOCUMENT_DATA], blocks[GRADES]);
     for (int i = 0; i < BUFFERS; i++) Py_XDECREF(blocks[i]);
     return result;
 }
 
 static PyMethodDef module_methods[] = {
     {"copy_labels", copy_labels, METH_VARARGS,
-     "copy_labels(conninfo, settings, sql): a PostgreSQL store's label rows as Arrow buffers."},
+     "copy_labels(conninfo, settings, sqls): a PostgreSQL store's label rows as Arrow buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,14 +14,17 @@ from tests.store.test_store_arrow import START, fill, outcomes, scored
 from rankgate.store import StoreSource, Window
 from rankgate.store.backends import StoreError, StoreUnavailable
 
-READS = ["compiled", "ADBC"]
+# "halves": compiled, a labels table of any size read in two halves of its pages at once.
+READS = ["compiled", "halves", "ADBC"]
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, read: str) -> None:
     """Read as built, or through ADBC alone; the compiled modules must be built where CI runs."""
     from rankgate.store import columns
 
-    compiled = read == "compiled"
+    compiled = read in ("compiled", "halves")
+    if read == "halves":
+        monkeypatch.setattr(columns, "_SPLIT_LABEL_PAGES", 1)
     if compiled and (columns._pg_read is None or columns._sqlite_read is None):
         if os.environ.get("RANKGATE_REQUIRE_NATIVE"):
             pytest.fail("rankgate._pg_read and rankgate._sqlite_read must be built here")
@@ -135,8 +138,10 @@ def test_postgres_labels_read_by_copy_equal_adbc_read(
         ],
     )
     compiled = _label_tables(fresh_postgres, monkeypatch, "compiled")
+    halves = _label_tables(fresh_postgres, monkeypatch, "halves")
     adbc = _label_tables(fresh_postgres, monkeypatch, "ADBC")
     assert compiled == adbc
+    assert halves == adbc
     assert all(len(table) > 20 for table in compiled)
     everything = {row["query_id"]: dict(row["relevance_scores"]) for row in compiled[0]}
     assert everything["q\x1f\u00e9"]["x" * 5000] == -1.0
@@ -202,7 +207,7 @@ def test_a_postgres_label_read_that_fails_is_one_line(
     gone = columns.StoreReader.__new__(columns.StoreReader)
     gone.url, gone.name = f"postgresql://someone:{secret}@127.0.0.1:1/db", "the-store"
     with pytest.raises(columns._pg_read.Error) as refused:
-        columns._pg_read.copy_labels(gone.url, (), "SELECT 1")
+        columns._pg_read.copy_labels(gone.url, (), ("SELECT 1",))
     state, text, connected = refused.value.args
     assert not connected and "Connection refused" in text
     problem = gone._postgres_problem(state, f"{text} for {gone.url} password={secret}", connected)

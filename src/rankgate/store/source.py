@@ -393,7 +393,7 @@ class StoreSource(ArrowSource):
             slow |= collided
             found = groups >= 0
             if found.any():
-                joined = labels.grades.take(fast.index_array(np.where(found, groups, 0)))
+                joined = labels.take(np.where(found, groups, 0))
                 if not found.all():
                     # Rows without labels in the table keep the grades of their attributes.
                     own = by_name[fields.relevance_scores]
