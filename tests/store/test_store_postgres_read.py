@@ -215,3 +215,24 @@ def test_a_postgres_label_read_that_fails_is_one_line(
     assert str(problem).startswith("the-store: unavailable (") and secret not in str(problem)
     lost = gone._postgres_problem("57P01", "terminating connection", True)
     assert isinstance(lost, StoreUnavailable)
+
+
+def test_the_store_size_is_the_planners_estimate_once_analyzed(fresh_postgres: str) -> None:
+    """Deciding which labels a window needs reads the store's size: counted before the table
+    was ever analyzed, PostgreSQL's estimate after (a count of a year of traces reads them all)."""
+    from rankgate.store.backends import connect
+
+    fill(fresh_postgres, traces=90)
+    backend = connect(fresh_postgres)
+    try:
+        assert backend.store_size() == 90  # never analyzed: counted
+        _execute(
+            fresh_postgres,
+            "INSERT INTO rankgate_traces SELECT 'x' || trace_id, query_id, "
+            "recorded_at, variant, retrieved_ids, attributes FROM rankgate_traces",
+            "ANALYZE",
+        )
+        _execute(fresh_postgres, "DELETE FROM rankgate_traces WHERE trace_id LIKE 'x%'")
+        assert backend.store_size() == 180  # the statistics, not a count (90 rows now)
+    finally:
+        backend.close()

@@ -223,9 +223,10 @@ class StoreSource(ArrowSource):
             return False
         backend = self._live_backend()
         # The window's size when known; else its time range alone (the time index counts it at
-        # once), an upper bound: at worst a superset of the labels is read.
+        # once), an upper bound: at worst a superset of the labels is read. The store's size may
+        # be an estimate: either answer reads every label the window needs.
         size = self._total if self._counted else backend.count(replace(window, variants=()))
-        return bool((size or 0) * 2 < backend.count(Window()))
+        return bool((size or 0) * 2 < backend.store_size())
 
     def _live_backend(self) -> Any:
         """The source's connection, opened again when an earlier read closed it: a source may be
@@ -287,9 +288,14 @@ class StoreSource(ArrowSource):
         scanned = [*paths, *segments]
         kept = 0
         # The labels are read on a second connection while the traces start to stream: the
-        # database works on both at once, and the first block waits only for what is left.
+        # database works on both at once, and the first block waits only for what is left. The
+        # counts that decide which labels to read run there too (0.5 s of a 1M-trace window).
         pending = ThreadPoolExecutor(1, thread_name_prefix="rankgate-labels")
-        grouped = pending.submit(self._label_groups, self._narrow_labels()) if join_labels else None
+        grouped = (
+            pending.submit(lambda: self._label_groups(self._narrow_labels()))
+            if join_labels
+            else None
+        )
         labels = None
         traces: Any = None
         streamed: Any = None
@@ -341,10 +347,11 @@ class StoreSource(ArrowSource):
                 if stream is not None:
                     stream.close()
             reader.close()
-            self._close_backend()
+            # The labels' thread may be counting on the source's connection: it ends first.
             if grouped is not None:
                 grouped.cancel()
             pending.shutdown(wait=True)
+            self._close_backend()
 
     def _batch(
         self,
@@ -380,7 +387,7 @@ class StoreSource(ArrowSource):
             ranking = piece.column("ranking")
             if "ranking_unread" in piece.schema.names:
                 # PostgreSQL's, split by ``_decoded_rankings`` in the reading thread.
-                slow |= piece.column("ranking_unread").to_numpy(zero_copy_only=False)
+                slow |= fast.numpy_of(piece.column("ranking_unread"))
             else:
                 # SQLite's JSON text, each value one array or the validator's to word. Scanned
                 # here: decoded in the reading thread, the six batches it reads ahead took 0.4 GB
@@ -512,6 +519,6 @@ def _decoded_rankings(batches: Iterator[Any]) -> Iterator[Any]:
         ranking, unread = split_rankings(batch.column("ranking"), batch.column("ranking_length"))
         kept = [name for name in names if name not in ("ranking", "ranking_length")]
         yield pa.record_batch(
-            [*(batch.column(name) for name in kept), ranking, pa.array(unread)],
+            [*(batch.column(name) for name in kept), ranking, fast.mask_array(unread)],
             names=[*kept, "ranking", "ranking_unread"],
         )
