@@ -759,19 +759,6 @@ static PyObject *hash_strings(PyObject *self, PyObject *args) {
 #include <emmintrin.h>
 #endif
 
-static int64_t count_separators(const uint8_t *p, const uint8_t *end) {
-    int64_t found = 0;
-#if defined(__SSE2__)
-    const __m128i separator = _mm_set1_epi8(0x1f);
-    for (; end - p >= 16; p += 16) {
-        __m128i block = _mm_loadu_si128((const __m128i *)p);
-        found += __builtin_popcount((unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(block, separator)));
-    }
-#endif
-    for (; p < end; p++) found += *p == 0x1f;
-    return found;
-}
-
 typedef struct {
     uint8_t *bytes;        /* the IDs' bytes, written at bytes[written] */
     const uint8_t *bytes_end; /* the end of the allocation, 16 bytes of slack past the IDs */
@@ -796,15 +783,20 @@ static inline void put_piece(Cut *cut, const uint8_t *from, const uint8_t *until
     cut->piece++;
 }
 
-/* The pieces of one row's text, in order. */
-static void cut_row(Cut *cut, const uint8_t *p, const uint8_t *end, const uint8_t *data_end) {
+/* The pieces of one row's text, in order, while they number at most `most` (at least 1): the
+ * number of pieces, or -1 (what was written of the row is to be dropped) at a separator that
+ * would make more. */
+static int64_t cut_row(Cut *cut, const uint8_t *p, const uint8_t *end, const uint8_t *data_end,
+                       int64_t most) {
     const uint8_t *start = p;
+    int64_t pieces = 0;
 #if defined(__SSE2__)
     const __m128i separator = _mm_set1_epi8(0x1f);
     for (; end - p >= 16; p += 16) {
         unsigned mask = (unsigned)_mm_movemask_epi8(
             _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), separator));
         while (mask) {
+            if (++pieces >= most) return -1; /* this separator's piece and the last: too many */
             const uint8_t *at = p + __builtin_ctz(mask);
             put_piece(cut, start, at, data_end);
             start = at + 1;
@@ -814,11 +806,13 @@ static void cut_row(Cut *cut, const uint8_t *p, const uint8_t *end, const uint8_
 #endif
     for (; p < end; p++) {
         if (*p == 0x1f) {
+            if (++pieces >= most) return -1;
             put_piece(cut, start, p, data_end);
             start = p + 1;
         }
     }
     put_piece(cut, start, end, data_end);
+    return pieces + 1;
 }
 
 /* cut_rankings(offsets, data, count, wide, valid, lengths)
@@ -866,20 +860,17 @@ static PyObject *cut_rankings(PyObject *self, PyObject *args) {
     }
     uint8_t *unread = (uint8_t *)PyBytes_AS_STRING(unread_obj);
     int64_t total_pieces = 0, total_bytes = 0;
-    /* First pass: how many pieces each row keeps (0 when unread or empty), and the totals. */
-    Py_BEGIN_ALLOW_THREADS
+    /* Room for the most the rows can hold: their lengths' pieces, their texts' bytes. One pass
+     * then cuts each row, dropping what it wrote of a row whose pieces do not number its
+     * length (the texts are read once: the cut was a fifth of a store read's reading thread). */
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t start = arrow_offset(at, wide, i), stop = arrow_offset(at, wide, i + 1);
-        int64_t wanted = lengths[i], pieces = -1;
-        if (valid[i] && stop >= start) pieces = 1 + count_separators(data + start, data + stop);
-        int empty = wanted == 0 && pieces >= 0 && stop == start;
-        int bad = (pieces != wanted && !empty) || wanted < 0 || pieces < 0;
-        unread[i] = (uint8_t)bad;
-        kept[i] = (bad || empty) ? 0 : pieces;
-        total_pieces += kept[i];
-        if (kept[i]) total_bytes += (stop - start) - (pieces - 1);
+        kept[i] = valid[i] && stop >= start && lengths[i] > 0;
+        if (kept[i]) {
+            total_pieces += lengths[i];
+            total_bytes += stop - start;
+        }
     }
-    Py_END_ALLOW_THREADS
     size_t list_width = wide ? 8 : 4;
     char *list_out = NULL, *value_out = NULL, *bytes_out = NULL;
     PyObject *list_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(((size_t)count + 1) * list_width));
@@ -887,7 +878,8 @@ static PyObject *cut_rankings(PyObject *self, PyObject *args) {
         PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(((size_t)total_pieces + 1) * list_width));
     PyObject *bytes_obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total_bytes + 16);
     if (!wide && (total_pieces > INT32_MAX || total_bytes > INT32_MAX)) {
-        /* cannot happen: the pieces' bytes are fewer than the text's, which 32 bits held */
+        /* cannot happen for the bytes: the pieces' are fewer than the text's, which 32 bits
+         * held; the lengths are the server's */
         Py_XDECREF(list_obj);
         list_obj = NULL;
         PyErr_SetString(PyExc_OverflowError, "cut_rankings: 32-bit offsets overflow");
@@ -905,7 +897,7 @@ static PyObject *cut_rankings(PyObject *self, PyObject *args) {
     list_out = PyBytes_AS_STRING(list_obj);
     value_out = PyBytes_AS_STRING(value_obj);
     bytes_out = PyBytes_AS_STRING(bytes_obj);
-    /* Second pass: the kept rows' pieces, copied out. */
+    int64_t pieces_kept = 0;
     Py_BEGIN_ALLOW_THREADS
     Cut cut = {(uint8_t *)bytes_out, (const uint8_t *)bytes_out + total_bytes + 16, value_out, wide,
                0, 0};
@@ -916,9 +908,18 @@ static PyObject *cut_rankings(PyObject *self, PyObject *args) {
             int32_t narrow = (int32_t)cut.piece;
             memcpy(list_out + i * 4, &narrow, 4);
         }
-        if (!kept[i]) continue;
         int64_t start = arrow_offset(at, wide, i), stop = arrow_offset(at, wide, i + 1);
-        cut_row(&cut, data + start, data + stop, data_end);
+        if (!kept[i]) {
+            /* No text, no length, or a length of 0: an empty ranking when the text is empty. */
+            unread[i] = (uint8_t)!(valid[i] && lengths[i] == 0 && stop == start);
+            continue;
+        }
+        int64_t piece = cut.piece, written = cut.written;
+        if (cut_row(&cut, data + start, data + stop, data_end, lengths[i]) != lengths[i]) {
+            cut.piece = piece; /* pieces short of the length, or more: the row is unread */
+            cut.written = written;
+            unread[i] = 1;
+        } else unread[i] = 0;
     }
     int64_t piece = cut.piece, written = cut.written;
     if (wide) {
@@ -929,7 +930,17 @@ static PyObject *cut_rankings(PyObject *self, PyObject *args) {
         memcpy(list_out + count * 4, &narrow, 4);
         memcpy(value_out + piece * 4, &narrow_bytes, 4);
     }
+    pieces_kept = piece;
     Py_END_ALLOW_THREADS
+    /* The value offsets as many as the pieces kept (the caller counts them by the size). */
+    if (_PyBytes_Resize(&value_obj, (Py_ssize_t)(((size_t)pieces_kept + 1) * list_width)) < 0) {
+        free(kept);
+        Py_DECREF(unread_obj);
+        Py_DECREF(list_obj);
+        Py_DECREF(bytes_obj);
+        release(bufs, 4);
+        return NULL;
+    }
     free(kept);
     release(bufs, 4);
     return Py_BuildValue("(NNNN)", list_obj, value_obj, bytes_obj, unread_obj);

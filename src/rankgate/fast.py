@@ -77,7 +77,7 @@ _EMPTY_BYTES = np.zeros(0, dtype=np.uint8)
 
 def cut_rankings(texts: Any, lengths: Any) -> tuple[Any, npt.NDArray[np.bool_]] | None:
     """``store.columns.split_rankings`` in C (``_join.cut_rankings``): the same list column and
-    unread rows, the IDs copied out in two passes over the text. None without the extension, or
+    unread rows, the IDs copied out in one pass over the text. None without the extension, or
     for a text column of another type (the caller cuts it with pyarrow)."""
     if _join is None:
         return None

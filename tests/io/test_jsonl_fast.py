@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from rankgate.errors import InputError
 from rankgate.io import jsonl_arrow, limits
 from rankgate.io.json_records import JsonSource, line_record
+from rankgate.io.source import GZIP_MAGIC
 from rankgate.io.validate import FieldMap, validate_record
 from rankgate.segments import MISSING_VALUE, segment_value
 
@@ -929,7 +930,10 @@ def test_read_chunks(
         chunks = list(jsonl_arrow.read_chunks(stream, chunk_bytes))
         _assert_chunking(data, chunks, skip)
     # The reader that feeds the scanner (each chunk read into a buffer of its own, its line
-    # breaks counted in C) cuts a stream the same way, and says it read the whole file.
+    # breaks counted in C) cuts a stream the same way, and says it read the whole file. (Bytes
+    # that open with gzip's magic number are a gzip stream to it, whatever the file's name.)
+    if data.startswith(GZIP_MAGIC):
+        return
     for opened in (lambda: io.BytesIO(data), lambda: _Trickle(data, most)):
         source = JsonSource("traces.jsonl", opened, len(data), lines_only=True)
         chunks = [(bytes(chunk), line, at) for chunk, line, at in source.line_chunks(chunk_bytes)]

@@ -798,17 +798,20 @@ def test_the_window_is_counted_when_first_asked_for(
     ],
     ids=["eval", "unpaired-compare"],
 )
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_a_store_is_read_and_scored_without_pandas(
-    sqlite_url: str, tmp_path: Path, command: list[str]
+    request: pytest.FixtureRequest, tmp_path: Path, command: list[str], store: str
 ) -> None:
-    """pyarrow imports pandas for ``pa.array`` of numpy, ``np.asarray`` of an Arrow array and
-    any ``pa.scalar``: 0.2-0.4 s of a run. The store's reader, its label join and the split by
-    variant use ``fast``'s helpers instead, and a run that asks for no pandas gets none."""
+    """pyarrow imports pandas for ``pa.array`` of numpy or of a list, ``np.asarray`` of an Arrow
+    array and any ``pa.scalar``: 0.2-0.4 s of a run. The store's reader (a window's bound values
+    included), its label join and the split by variant use ``fast``'s helpers instead, and a run
+    that asks for no pandas gets none."""
     import subprocess
     import sys
 
+    url = request.getfixturevalue("sqlite_url" if store == "sqlite" else "fresh_postgres")
     rng = random.Random(3)
-    backend = connect(sqlite_url)
+    backend = connect(url)
     try:
         backend.insert_traces(
             [
@@ -834,7 +837,8 @@ def test_a_store_is_read_and_scored_without_pandas(
     finally:
         backend.close()
     out = tmp_path / "report.json"
-    argv = [command[0], sqlite_url, *command[1:], "--metric", "ndcg@10", "--metric", "mrr"]
+    argv = [command[0], url, *command[1:], "--metric", "ndcg@10", "--metric", "mrr"]
+    argv += ["--since", "2026-11-30T00:10:00Z", "--until", "2026-12-02T00:00:00Z"]
     argv += ["--format", "json", "--output", str(out), "--no-progress", "--no-config"]
     code = (
         "import sys\n"
